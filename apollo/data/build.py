@@ -1,0 +1,150 @@
+"""Dataset building: context windows → loss-masked token sequences → upsampled Parquet.
+
+* **ReAct samples**: one per context window, exactly as the agent saw it (prefix, optional summary,
+  verbatim steps, guidance). Labels only on kept assistant action tokens; observations, guidance,
+  system/task text and masked actions stay in context without labels.
+* **Summary samples**: one per summarization call (its prompt → its summary text).
+* Upsampling: every ReAct sample ×``upsample_react`` (Apollo: 7), every summary sample
+  ×``upsample_summary`` (Apollo: 10).
+
+A window whose every action was masked has nothing to train on: it is skipped and counted, never
+turned into a silent all-zero example.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from apollo.agent.prompt import context_messages, window_conversation
+from apollo.data.tokenize import tokenize_conversation
+from apollo.schema import Trajectory
+
+
+@dataclass
+class BuildConfig:
+    upsample_react: int = 7
+    upsample_summary: int = 10
+    max_length: int = 4096
+
+
+def windows(traj: Trajectory) -> list[tuple[int, int, int | None]]:
+    """``(first_step, last_step, summary_index)`` of each context window, in order."""
+    out: list[tuple[int, int, int | None]] = []
+    for s in traj.steps:
+        key = (s.context.first_step, s.context.summary_index)
+        if out and (out[-1][0], out[-1][2]) == key:
+            out[-1] = (out[-1][0], s.index, out[-1][2])
+        else:
+            out.append((key[0], s.index, key[1]))
+    return out
+
+
+def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    examples, skipped = [], 0
+    for first, last, summ in windows(traj):
+        msgs, trainable = window_conversation(traj, first, last, summ)
+        if not any(trainable):
+            skipped += 1
+            continue
+        tok = tokenize_conversation(tokenizer, msgs, trainable, max_length=max_length)
+        examples.append(_row(tok, "react", traj, first, last))
+    return examples, skipped
+
+
+def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> list[dict[str, Any]]:
+    out = []
+    for summ in traj.summaries:
+        if summ.mask is not None and not summ.mask.keep:
+            continue
+        prompt = context_messages(traj, summ.covers_to, first_step=summ.covers_from)
+        prompt.append({"role": "user", "content": "Summarize the work so far."})
+        msgs = [*prompt, {"role": "assistant", "content": summ.text}]
+        tok = tokenize_conversation(tokenizer, msgs, [False] * (len(msgs) - 1) + [True], max_length=max_length)
+        out.append(_row(tok, "summary", traj, summ.covers_from, summ.covers_to - 1))
+    return out
+
+
+def _row(tok: dict[str, Any], kind: str, traj: Trajectory, first: int, last: int) -> dict[str, Any]:
+    return {
+        "input_ids": tok["input_ids"],
+        "labels": tok["labels"],
+        "kind": kind,
+        "trajectory_id": traj.trajectory_id,
+        "task_id": traj.task_id,
+        "window_first": first,
+        "window_last": last,
+        "n_tokens": tok["n_tokens"],
+        "n_trained": tok["n_trained"],
+        "truncated": bool(tok.get("truncated", False)),
+        "tokenization": tok.get("method", "incremental"),
+    }
+
+
+def upsample(rows: list[dict[str, Any]], cfg: BuildConfig) -> list[dict[str, Any]]:
+    factor = {"react": cfg.upsample_react, "summary": cfg.upsample_summary}
+    out = []
+    for r in rows:
+        n = factor[r["kind"]]
+        if n < 1:
+            raise ValueError(f"upsampling factor for '{r['kind']}' must be >= 1, got {n}")
+        out.extend({**r, "copy_index": k} for k in range(n))
+    return out
+
+
+def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    base: list[dict[str, Any]] = []
+    skipped = 0
+    for t in trajs:
+        ex, sk = react_examples(t, tokenizer, cfg.max_length)
+        base.extend(ex)
+        skipped += sk
+        base.extend(summary_examples(t, tokenizer, cfg.max_length))
+    rows = upsample(base, cfg)
+    kinds = Counter(r["kind"] for r in base)
+    stats = {
+        "build.samples_react": kinds.get("react", 0),
+        "build.samples_summary": kinds.get("summary", 0),
+        "build.rows": len(rows),
+        "build.rows_react": kinds.get("react", 0) * cfg.upsample_react,
+        "build.rows_summary": kinds.get("summary", 0) * cfg.upsample_summary,
+        "build.windows_skipped_all_masked": skipped,
+        "build.tokens": sum(r["n_tokens"] for r in base),
+        "build.trained_tokens": sum(r["n_trained"] for r in base),
+        "build.truncated": sum(r["truncated"] for r in base),
+        "build.offset_fallbacks": sum(r["tokenization"] != "incremental" for r in base),
+    }
+    return rows, stats
+
+
+def write_parquet(rows: list[dict[str, Any]], path) -> None:
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows, schema=pa.schema([
+        ("input_ids", pa.list_(pa.int32())),
+        ("labels", pa.list_(pa.int32())),
+        ("kind", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("task_id", pa.string()),
+        ("window_first", pa.int32()),
+        ("window_last", pa.int32()),
+        ("n_tokens", pa.int32()),
+        ("n_trained", pa.int32()),
+        ("truncated", pa.bool_()),
+        ("tokenization", pa.string()),
+        ("copy_index", pa.int32()),
+    ]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def read_parquet(path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()

@@ -1,0 +1,334 @@
+"""Scripted agents (no LM): the reference, the baseline and a noisy imitation of a real agent.
+
+* :class:`ScriptedAgent` follows the task's hidden reference plan (then ``eval`` and ``finish``);
+  with ``noise > 0`` it makes realistic mistakes (:data:`MISTAKE_KINDS`), recorded in
+  ``agent.mistakes``. After guidance it corrects course toward the plan. Its actions are what the
+  tiny model is behaviour-cloned from, so thoughts are short templates.
+* :func:`check_deviation` is the simulated annotator's judgement: a short, concrete guidance text
+  when the agent's steps deviate from the reference plan, else ``None``.
+* :func:`run_episode`, :func:`run_reference`, :func:`run_baseline` run them in a :class:`Workspace`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apollo.env.tasks import TaskSpec, baseline_plan, reference_plan
+from apollo.env.tools import TOOL_SPECS, REQUIRED
+from apollo.env.workspace import Workspace
+from apollo.schema import EvalRecord, Observation
+
+Action = tuple[str, str, dict[str, Any]]  # (thought, tool, arguments)
+HistoryItem = tuple[str, dict[str, Any], str]  # (tool, arguments, observation text)
+
+MISTAKE_KINDS: tuple[str, ...] = ("ignore_script", "blind_edit", "early_eval", "invalid_action", "waste_eval")
+MAX_GUIDANCE_WORDS = 30
+
+_WRONG_TOOL_NAMES = {
+    "run_command": "bash", "open_file": "read_file", "list_files": "ls", "edit_file": "write_file",
+    "sleep": "wait", "eval": "evaluate", "check_session_idle": "session_status",
+    "get_session_output": "read_output", "create_file": "write", "finish": "done",
+}
+_EVAL_STEP = {"id": "eval", "thought": "Evaluate the result.", "tool": "eval", "arguments": {}}
+_FINISH_STEP = {"id": "finish", "thought": "The task is done.", "tool": "finish", "arguments": {}}
+
+
+class ScriptedAgent:
+    """Follows the reference plan; with probability ``noise`` per decision makes one mistake.
+
+    Each mistake kind happens at most once per episode, so an episode always terminates.
+    """
+
+    def __init__(self, task: TaskSpec, rng: random.Random, noise: float = 0.0) -> None:
+        self.task = task
+        self.rng = rng
+        self.noise = noise
+        self.script: list[dict[str, Any]] = [*reference_plan(task), _EVAL_STEP, _FINISH_STEP]
+        self.pos = 0
+        self.mistakes: list[str] = []
+        self.skipped: list[int] = []  # script indices skipped by "ignore_script"
+        self._queue: list[Action] = []
+        self._guidance_seen = 0
+        self._calm = 0  # decisions without mistakes left (after guidance)
+        self._last_idx = 0
+        self._evals = 0
+
+    # -- public -------------------------------------------------------------------------------------
+
+    def next_action(self, history: list[HistoryItem], guidance: list[str] | None = None) -> Action:
+        """The next ``(thought, tool, arguments)`` given the steps so far and the guidance received."""
+        guidance = guidance or []
+        if len(guidance) > self._guidance_seen:
+            for text in guidance[self._guidance_seen:]:
+                self._on_guidance(text)
+            self._guidance_seen = len(guidance)
+        action = self._next(history)
+        if action[1] == "eval":
+            self._evals += 1
+        return action
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _next(self, history: list[HistoryItem]) -> Action:
+        if self._queue:
+            return self._queue.pop(0)
+        if history:
+            tool, _, obs = history[-1]
+            if tool == "check_session_idle" and " is busy" in obs:
+                self.pos = self._last_idx  # check again after waiting
+                return ("Training still runs; wait a bit more.", "sleep", {"seconds": 3})
+        if self.pos >= len(self.script):
+            return (_FINISH_STEP["thought"], "finish", {})
+        step = self.script[self.pos]
+        mistake = self._maybe_mistake(step)
+        if mistake is not None:
+            return mistake
+        return self._emit()
+
+    def _emit(self) -> Action:
+        step = self.script[self.pos]
+        self._last_idx = self.pos
+        self.pos += 1
+        return (step["thought"], step["tool"], dict(step["arguments"]))
+
+    def _applicable(self, step: dict[str, Any]) -> list[str]:
+        kinds = []
+        if step["tool"] != "finish":
+            kinds.append("invalid_action")
+        if "naive" in step:
+            kinds.append("ignore_script")
+        if step["tool"] == "open_file" and any(
+            s["tool"] == "edit_file" and _norm(s["arguments"].get("path")) == _norm(step["arguments"].get("path"))
+            for s in self.script[self.pos + 1:]
+        ):
+            kinds.append("blind_edit")
+        first_key = next((i for i, s in enumerate(self.script) if s.get("key")), None)
+        if step.get("role") == "wait" or self.pos == first_key:
+            kinds.append("early_eval")
+        if step["tool"] == "finish" and self._evals > 0:
+            kinds.append("waste_eval")
+        return [k for k in kinds if k not in self.mistakes]
+
+    def _maybe_mistake(self, step: dict[str, Any]) -> Action | None:
+        if self._calm > 0:
+            self._calm -= 1
+            return None
+        if self.noise <= 0.0 or self.rng.random() >= self.noise:
+            return None
+        kinds = self._applicable(step)
+        if not kinds:
+            return None
+        kind = self.rng.choice(kinds)
+        self.mistakes.append(kind)
+        if kind == "invalid_action":
+            args = dict(step["arguments"])
+            required = [p for p, (_, d) in TOOL_SPECS[step["tool"]].params.items() if d is REQUIRED and p in args]
+            if required and self.rng.random() < 0.5:
+                del args[self.rng.choice(required)]
+                return (step["thought"], step["tool"], args)
+            return (step["thought"], _WRONG_TOOL_NAMES.get(step["tool"], step["tool"] + "_tool"), args)
+        if kind == "ignore_script":
+            self.skipped.append(self.pos)
+            self.pos += 1
+            naive = step["naive"]
+            return (naive["thought"], naive["tool"], dict(naive["arguments"]))
+        if kind == "blind_edit":
+            self.pos += 1  # skip reading the file; the later edit is blind
+            return self._emit()
+        if kind == "early_eval":
+            return ("Check the score now.", "eval", {})
+        # waste_eval
+        return ("Evaluate again to be sure.", "eval", {})
+
+    def _on_guidance(self, text: str) -> None:
+        self._calm = 3
+        self._queue.clear()
+        if self.skipped:
+            self.pos = min(self.skipped)
+            self.skipped.clear()
+            return
+        words = text.split()
+        if len(words) > 1 and words[0] == "Open":
+            path = words[1].rstrip(".,;")
+            if any(s["tool"] == "open_file" and _norm(s["arguments"].get("path")) == _norm(path) for s in self.script):
+                self._queue.append((f"Read {path} as advised.", "open_file", {"path": path}))
+
+
+# --- the simulated annotator's rule ----------------------------------------------------------------
+
+
+def _norm(path: Any) -> str:
+    return os.path.normpath(str(path)) if path else ""
+
+
+def _matches(plan_step: dict[str, Any], tool: str, arguments: dict[str, Any]) -> bool:
+    if tool != plan_step["tool"]:
+        return False
+    text = json.dumps(arguments, ensure_ascii=False)
+    return all(m in text for m in plan_step.get("match", []))
+
+
+def _cap(text: str) -> str:
+    words = text.split()
+    return text if len(words) <= MAX_GUIDANCE_WORDS else " ".join(words[:MAX_GUIDANCE_WORDS])
+
+
+def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
+    """Compare the agent's steps with the reference plan; guidance (≤ 30 words) or ``None``.
+
+    Stateless: a deviation that the agent later corrects is no longer reported. Checks, in order:
+    repeated invalid actions, a blind edit (edit without ever opening the file), a key step skipped
+    or done the wrong way (the provided script ignored), eval while a background job still runs,
+    and two evals in a row.
+    """
+    if not steps:
+        return None
+    plan = reference_plan(task)
+    keys = [s for s in plan if s.get("key")]
+
+    # 1. repeated invalid actions
+    if len(steps) >= 2 and all(obs.startswith("Error: unknown tool") or "needs argument" in obs[:80]
+                               for _, _, obs in steps[-2:]):
+        want = next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
+        return _cap(f"Use a listed tool with all its arguments, e.g. {TOOL_SPECS[want['tool']].usage()}.")
+
+    # 2. blind edit
+    for i, (tool, args, _) in enumerate(steps):
+        if tool != "edit_file" or not isinstance(args, dict):
+            continue
+        path = _norm(args.get("path"))
+        opened = any(t == "open_file" and _norm(a.get("path")) == path for j, (t, a, _) in enumerate(steps) if j != i)
+        if not opened:
+            ref = next((s for s in plan if s["tool"] == "edit_file" and _norm(s["arguments"].get("path")) == path), None)
+            tail = f" Then {ref['advice'][0].lower()}{ref['advice'][1:]}" if ref and ref.get("advice") else ""
+            return _cap(f"Open {args.get('path')} and read it before editing it.{tail}")
+
+    # 3. a key step skipped or done the wrong way
+    matched = [any(_matches(k, t, a) for t, a, _ in steps) for k in keys]
+    for ki, k in enumerate(keys):
+        if matched[ki]:
+            continue
+        later_done = any(matched[ki + 1:])
+        ended = any(t in ("eval", "finish") for t, _, _ in steps)
+        wrong_way = any(
+            t in ("run_command", "create_file", "edit_file") and any(p in json.dumps(a) for p in k.get("avoid", []))
+            for t, a, _ in steps
+        )
+        if later_done or ended or wrong_way:
+            return _cap(k.get("advice") or f"Do this step: {k['thought']}")
+
+    # 4. eval while a background command still runs
+    if steps[-1][0] == "eval":
+        for sid in _unfinished_sessions(steps[:-1]):
+            return _cap(f"Training is still running in session '{sid}'; sleep, then check_session_idle "
+                        f"('{sid}') before calling eval.")
+
+    # 5. wasted evals
+    if len(steps) >= 2 and steps[-1][0] == "eval" and steps[-2][0] == "eval":
+        return "You evaluated twice without changing anything; call finish when you are done."
+    return None
+
+
+def _unfinished_sessions(steps: list[HistoryItem]) -> list[str]:
+    """Sessions whose last background command was never seen finished."""
+    pending: dict[str, bool] = {}
+    for tool, args, obs in steps:
+        sid = str(args.get("session_id", "default")) if isinstance(args, dict) else "default"
+        if tool == "run_command":
+            bg = args.get("wait_for_completion") is False or "still running in background" in obs
+            pending[sid] = bg and not obs.startswith(("Refused", "Error"))
+        elif tool in ("check_session_idle", "get_session_output", "kill_session_processes"):
+            if " is idle" in obs or "finished, exit code" in obs or "Stopped" in obs or "killed after" in obs:
+                pending[sid] = False
+    return [s for s, p in pending.items() if p]
+
+
+# --- episodes --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EpisodeStep:
+    """One scripted step: the action taken, its observation and the guidance delivered before it."""
+
+    thought: str
+    tool: str
+    arguments: dict[str, Any]
+    observation: Observation
+    guidance: list[str] = field(default_factory=list)
+    eval: EvalRecord | None = None
+
+
+@dataclass
+class Episode:
+    task_id: str
+    steps: list[EpisodeStep]
+    evals: list[EvalRecord]  # agent evals and, last, the forced final eval
+    mistakes: list[str]
+    guidance: list[str]
+
+    @property
+    def final_score(self) -> float:
+        return self.evals[-1].score
+
+    @property
+    def best_score(self) -> float:
+        return max(e.score for e in self.evals)
+
+
+def run_episode(
+    task: TaskSpec,
+    agent: ScriptedAgent,
+    *,
+    annotate: bool = False,
+    max_steps: int | None = None,
+    root: Path | None = None,
+    **workspace_kwargs: Any,
+) -> Episode:
+    """Run a scripted agent to ``finish`` (or ``max_steps``), then the forced final eval.
+
+    With ``annotate`` the simulated annotator (:func:`check_deviation`) sends each distinct
+    guidance text once, delivered before the agent's next action.
+    """
+    limit = max_steps if max_steps is not None else task.max_steps
+    history: list[HistoryItem] = []
+    delivered: list[str] = []
+    steps: list[EpisodeStep] = []
+    evals: list[EvalRecord] = []
+    new_guidance: list[str] = []
+    with Workspace(task, root, **workspace_kwargs) as ws:
+        for i in range(limit):
+            thought, tool, args = agent.next_action(history, guidance=delivered)
+            res = ws.call(tool, args, i)
+            history.append((tool, args, res.observation.text))
+            steps.append(EpisodeStep(thought, tool, args, res.observation, new_guidance, res.eval))
+            new_guidance = []
+            if res.eval is not None:
+                evals.append(res.eval)
+            if res.done:
+                break
+            if annotate:
+                g = check_deviation(task, history)
+                if g is not None and g not in delivered:
+                    delivered.append(g)
+                    new_guidance = [g]
+        evals.append(ws.final_eval(max(0, len(steps) - 1)))
+    return Episode(task.task_id, steps, evals, list(agent.mistakes), delivered)
+
+
+def run_reference(task: TaskSpec, root: Path | None = None) -> float:
+    """Final score of the reference plan (scripted agent, noise 0)."""
+    return run_episode(task, ScriptedAgent(task, random.Random(0), 0.0), root=root).final_score
+
+
+def run_baseline(task: TaskSpec, root: Path | None = None) -> float:
+    """Final score of the hidden baseline plan (unfiltered data / default config): ≈ 0."""
+    with Workspace(task, root) as ws:
+        for i, step in enumerate(baseline_plan(task)):
+            ws.call(step["tool"], step["arguments"], i)
+        ws.wait_idle(30.0)
+        return ws.final_eval(0).score

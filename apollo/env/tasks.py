@@ -1,0 +1,123 @@
+"""Task loading: the mini suite (and any suite in the same layout) as :class:`TaskSpec` records.
+
+Layout: ``<suite_root>/<split>/<task_id>/task.yaml`` (see :mod:`apollo.env.families._common`).
+The suite root defaults to ``$APOLLO_SUITE_ROOT`` or the committed ``apollo/env/mini_suite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DOMAINS: tuple[str, ...] = (
+    "data_construction",
+    "data_filtering",
+    "data_augmentation",
+    "loss_design",
+    "reward_design",
+    "scaffold_construction",
+)
+SPLITS: tuple[str, ...] = ("train", "test")
+DEFAULT_SUITE_ROOT = Path(__file__).resolve().parent / "mini_suite"
+
+
+def default_suite_root() -> Path:
+    env = os.environ.get("APOLLO_SUITE_ROOT")
+    return Path(env) if env else DEFAULT_SUITE_ROOT
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One benchmark task. ``task_dir`` is the folder holding ``task.yaml``."""
+
+    task_id: str
+    split: str
+    domain: str
+    family: str
+    task_dir: Path
+    max_evals: int = 3
+    max_steps: int = 30
+    max_wall_s: float = 600.0
+
+    @property
+    def description(self) -> str:
+        """The text of ``task/task_description.md`` (what the agent is shown)."""
+        return (self.task_dir / "task" / "task_description.md").read_text(encoding="utf-8")
+
+    @property
+    def eval_dir(self) -> Path:
+        """Hidden ``evaluations/<task_id>/`` folder (evaluation code, test data, reference plan)."""
+        return self.task_dir / "evaluations" / self.task_id
+
+    @property
+    def workspace_template(self) -> Path:
+        """The ``workspace/`` folder copied into every sandbox."""
+        return self.task_dir / "workspace"
+
+    @property
+    def hint(self) -> str:
+        p = self.task_dir / "hint.md"
+        return p.read_text(encoding="utf-8") if p.is_file() else ""
+
+
+def _load_spec(task_dir: Path) -> TaskSpec:
+    meta_path = task_dir / "task.yaml"
+    meta: dict[str, Any] = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+    domain = meta["domain"]
+    if domain not in DOMAINS:
+        raise ValueError(f"{meta_path}: unknown domain {domain!r} (expected one of {DOMAINS})")
+    return TaskSpec(
+        task_id=str(meta["task_id"]),
+        split=str(meta["split"]),
+        domain=domain,
+        family=str(meta.get("family", domain)),
+        task_dir=task_dir,
+        max_evals=int(meta.get("max_eval_num", 3)),
+        max_steps=int(meta.get("max_steps", 30)),
+        max_wall_s=float(meta.get("max_working_time", 600.0)),
+    )
+
+
+def list_tasks(split: str | None = None, suite_root: Path | str | None = None) -> list[TaskSpec]:
+    """All tasks of the suite (of one split if given), sorted by task id."""
+    root = Path(suite_root) if suite_root is not None else default_suite_root()
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    splits = SPLITS if split is None else (split,)
+    specs = [_load_spec(p.parent) for s in splits for p in sorted((root / s).glob("*/task.yaml"))]
+    return sorted(specs, key=lambda t: t.task_id)
+
+
+def load_task(task_id: str, suite_root: Path | str | None = None) -> TaskSpec:
+    """The task with this id; raises ``KeyError`` naming the known ids otherwise."""
+    root = Path(suite_root) if suite_root is not None else default_suite_root()
+    for split in SPLITS:
+        if (root / split / task_id / "task.yaml").is_file():
+            return _load_spec(root / split / task_id)
+    known = [t.task_id for t in list_tasks(suite_root=root)]
+    raise KeyError(f"no task {task_id!r} under {root}; known: {known}")
+
+
+def _plan(path: Path) -> list[dict[str, Any]]:
+    steps = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(steps, list) or not all({"id", "tool", "arguments"} <= set(s) for s in steps):
+        raise ValueError(f"{path}: a plan is a list of steps with id, thought, tool, arguments")
+    return steps
+
+
+def reference_plan(task: TaskSpec) -> list[dict[str, Any]]:
+    """The hidden reference solution: ordered steps ``{id, thought, tool, arguments, ...}``.
+
+    ``eval`` and ``finish`` are not part of the plan (the agent adds them at the end).
+    """
+    return _plan(task.eval_dir / "reference_plan.json")
+
+
+def baseline_plan(task: TaskSpec) -> list[dict[str, Any]]:
+    """The hidden baseline (unfiltered data / default config): scores 0 by construction."""
+    return _plan(task.eval_dir / "baseline_plan.json")

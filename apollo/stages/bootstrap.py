@@ -1,0 +1,132 @@
+"""Bootstrap stage: the policy every later stage starts from → ``data/models/base/``.
+
+* ``model.source: embedded`` (default): make the tiny model here, with no download. Fresh task
+  instances (seeds disjoint from the train and test suites) are generated; the noisy scripted agent
+  works them while the simulated annotator watches, so demonstrations hold realistic mistakes and
+  guidance-following; the tiny Qwen2 model is behaviour-cloned on those conversations.
+* ``model.source: hf``: copy a local Hugging Face model directory (``model.hf_path``) into place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from apollo.config import Paths, section
+from apollo.schema import Trajectory, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+
+def demo_instances(per_family: int, seed: int):
+    from apollo.env.families import FAMILIES
+    from apollo.env.generate import Instance
+
+    out = []
+    for f, mod in FAMILIES.items():
+        prefix = getattr(mod, "PREFIX", f[:2])
+        out += [Instance(f"{prefix}-demo-{k:03d}", f, "train", 50_000 + seed * 1000 + k) for k in range(per_family)]
+    return out
+
+
+def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Trajectory]:
+    """Noisy scripted rollouts on fresh instances, with the simulated annotator in the loop."""
+    from apollo.agent.react import AgentConfig
+    from apollo.engines.scripted import ScriptedEngine
+    from apollo.env.generate import generate_suite
+    from apollo.env.tasks import list_tasks
+    from apollo.guidance.annotator import AnnotatorConfig, AnnotatorProcess
+    from apollo.guidance.store import GuidanceStore
+    from apollo.stages.common import RolloutJob, episode, run_jobs
+
+    suite = workdir / "suite"
+    generate_suite(suite, demo_instances(int(p.get("demo_tasks_per_family", 8)), seed))
+    tasks = {t.task_id: t for t in list_tasks(suite_root=suite)}
+    store_path = workdir / "guidance.sqlite"
+    store = GuidanceStore(store_path)
+    n = int(p.get("demos_per_task", 2))
+    noise = float(p.get("noise", 0.3))
+    jobs = [RolloutJob(tid, s, seed * 10_000 + i * 10 + s, "train") for i, tid in enumerate(sorted(tasks))
+            for s in range(n)]
+    cfg = AgentConfig(max_steps=int(p.get("max_steps", 14)), context_tokens=10**9,
+                      max_output_chars=int(p.get("max_output_chars", 1500)))
+    a = p.get("annotator", {}) or {}
+    acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 0.3)), poll_s=0.05,
+                           max_per_trajectory=int(a.get("max_per_trajectory", 3)))
+
+    def one(job: RolloutJob) -> Trajectory:
+        # a clean share of demonstrations follows the reference plan, the rest make mistakes
+        job_noise = 0.0 if job.sample == 0 and job.seed % 3 == 0 else noise
+        eng = ScriptedEngine(tasks[job.task_id], noise=job_noise, seed=job.seed)
+        return episode(tasks[job.task_id], eng, job, cfg, guidance=store,
+                       meta={"mistakes": list(eng.agent.mistakes)})
+
+    with AnnotatorProcess(store_path, acfg, suite_root=suite):
+        return run_jobs(jobs, one, int(p.get("workers", 8)), "demonstrations")
+
+
+def conversations(trajs: list[Trajectory]) -> list[list[dict[str, Any]]]:
+    from apollo.agent.prompt import window_conversation
+
+    convs = []
+    for t in trajs:
+        if t.steps:
+            msgs, _ = window_conversation(t, 0, len(t.steps) - 1, None)
+            convs.append(msgs)
+    return convs
+
+
+def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, Any]:
+    paths = paths or Paths.default()
+    m = section(params, "model")
+    out = paths.base_model
+    if m.get("source", "embedded") == "hf":
+        src = Path(m.get("hf_path") or "")
+        if not (src / "config.json").exists():
+            raise FileNotFoundError(f"params.yaml: model.hf_path: {src} is not a Hugging Face model directory")
+        tmp = Path(tempfile.mkdtemp(prefix=".base.", dir=out.parent if out.parent.exists() else None))
+        shutil.rmtree(tmp)
+        shutil.copytree(src, tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.replace(out)
+        stats = {"bootstrap.source": "hf"}
+        return stats
+
+    from apollo.models.bootstrap import bootstrap_model
+    from apollo.train.sft import SFTConfig
+
+    p = section(params, "bootstrap")
+    seed = int(params.get("seed", 0))
+    with tempfile.TemporaryDirectory(prefix="apollo-bootstrap-") as wd:
+        demos = make_demonstrations(p, seed, Path(wd))
+    convs = conversations(demos)
+    corpus = [t.prefix_messages[1]["content"] for t in demos]
+    sft = SFTConfig(**{**(p.get("sft") or {}), "seed": seed})
+
+    def on_log(rec: dict[str, Any]) -> None:
+        if tracker is not None:
+            tracker.log_metrics({f"bc.{k}": v for k, v in rec.items() if k != "step"}, step=int(rec["step"]))
+
+    stats = bootstrap_model(out, convs, corpus, preset=p.get("preset", "tiny"), sft=sft, seed=seed,
+                            vocab_size=int(p.get("vocab_size", 4096)), on_log=on_log)
+    mistakes: dict[str, int] = {}
+    for t in demos:
+        for k in t.meta.get("mistakes", []):
+            mistakes[k] = mistakes.get(k, 0) + 1
+    summary = {
+        "bootstrap.demos": len(demos),
+        "bootstrap.demo_steps": sum(len(t.steps) for t in demos),
+        "bootstrap.demo_final_mean": sum(t.final_score or 0 for t in demos) / max(1, len(demos)),
+        "bootstrap.demo_guided": sum(any(s.guidance for s in t.steps) for t in demos),
+        **{f"bootstrap.mistakes.{k}": v for k, v in mistakes.items()},
+        **{f"bootstrap.{k}": v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+    }
+    atomic_write_text(out / "bootstrap_stats.json", json.dumps(summary, indent=2) + "\n")
+    if tracker is not None:
+        tracker.log_metrics(summary)
+    return summary

@@ -1,0 +1,34 @@
+"""Build stage: masked trajectories → ``data/dataset/train.parquet`` (+ ``stats.json``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from apollo.config import Paths, section
+from apollo.data.build import BuildConfig, build_dataset, write_parquet
+from apollo.schema import atomic_write_text, read_trajectories
+
+
+def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    paths = paths or Paths.default()
+    p = section(params, "build")
+    cfg = BuildConfig(
+        upsample_react=int(p.get("upsample_react", 7)),
+        upsample_summary=int(p.get("upsample_summary", 10)),
+        max_length=int(p.get("max_length", 4096)),
+    )
+    tokenizer = AutoTokenizer.from_pretrained(paths.base_model)
+    trajs = read_trajectories(paths.masked / "train.jsonl")
+    rows, stats = build_dataset(trajs, tokenizer, cfg)
+    if not rows:
+        raise ValueError(
+            f"{paths.masked / 'train.jsonl'}: no trainable example (every action masked or no trajectory)"
+        )
+    write_parquet(rows, paths.dataset / "train.parquet")
+    atomic_write_text(paths.dataset / "stats.json", json.dumps(stats, indent=2) + "\n")
+    if tracker is not None:
+        tracker.log_metrics(stats)
+    return stats

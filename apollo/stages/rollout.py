@@ -1,0 +1,106 @@
+"""Rollout stage: the base policy works the train tasks while the simulated annotator watches.
+
+Writes ``data/rollouts/train.jsonl`` (trajectory records with delivered guidance, token traces).
+The guidance store (``data/store/guidance.sqlite``) is the live channel, not an artifact; the
+guidance stage exports what it delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+from statistics import mean
+from typing import Any
+
+from apollo.config import Paths, section
+from apollo.guidance.annotator import AnnotatorConfig, AnnotatorProcess
+from apollo.guidance.store import GuidanceStore
+from apollo.schema import Trajectory, write_trajectories
+from apollo.stages.common import RolloutJob, agent_config, episode, get_engine, run_jobs
+
+log = logging.getLogger(__name__)
+
+
+def plan(params: dict[str, Any]) -> list[RolloutJob]:
+    from apollo.env.tasks import list_tasks
+
+    p = section(params, "rollout")
+    tasks = list_tasks(split="train")
+    if p.get("tasks"):
+        tasks = [t for t in tasks if t.task_id in set(p["tasks"])]
+    n = int(p.get("samples_per_task", 1))
+    seed = int(params.get("seed", 0))
+    return [
+        RolloutJob(t.task_id, s, seed * 100_000 + i * 100 + s, "train")
+        for i, t in enumerate(tasks)
+        for s in range(n)
+    ]
+
+
+def engine_for(params: dict[str, Any], model_path, *, section_name: str):
+    p = section(params, section_name)
+    kind = p.get("engine", "hf")
+    kw: dict[str, Any] = {
+        "temperature": float(p.get("temperature", 0.7)),
+        "max_new_tokens": int(p.get("max_new_tokens", 192)),
+    }
+    if kind == "openai":
+        kw["base_url"] = p.get("base_url") or None
+    return get_engine(kind, model_path, **kw)
+
+
+def run_one(job: RolloutJob, params: dict[str, Any], paths: Paths | None = None) -> Trajectory:
+    from apollo.env.tasks import load_task
+
+    paths = paths or Paths.default()
+    p = section(params, "rollout")
+    model_path = p.get("model") or paths.base_model
+    engine = engine_for(params, model_path, section_name="rollout")
+    store = GuidanceStore(paths.guidance_store)
+    return episode(load_task(job.task_id), engine, job, agent_config(p), guidance=store,
+                   meta={"stage": "rollout", "sample": job.sample})
+
+
+def summarize(trajs: list[Trajectory]) -> dict[str, float]:
+    steps = [s for t in trajs for s in t.steps]
+    n_guid = sum(len(s.guidance) for s in steps)
+    return {
+        "rollout.trajectories": len(trajs),
+        "rollout.final_mean": mean(t.final_score or 0 for t in trajs) if trajs else 0.0,
+        "rollout.best_mean": mean(t.best_score or 0 for t in trajs) if trajs else 0.0,
+        "rollout.steps_mean": mean(len(t.steps) for t in trajs) if trajs else 0.0,
+        "rollout.invalid_action_rate": (sum(not s.action.valid for s in steps) / len(steps)) if steps else 0.0,
+        "rollout.guidance_delivered": n_guid,
+        "rollout.guided_trajectories": sum(any(s.guidance for s in t.steps) for t in trajs),
+    }
+
+
+def finalize(trajs: list[Trajectory], paths: Paths | None = None) -> dict[str, float]:
+    paths = paths or Paths.default()
+    trajs = sorted(trajs, key=lambda t: t.trajectory_id)
+    write_trajectories(paths.rollouts / "train.jsonl", trajs)
+    return summarize(trajs)
+
+
+def annotator(params: dict[str, Any], paths: Paths | None = None) -> AnnotatorProcess:
+    paths = paths or Paths.default()
+    a = section(params, "rollout").get("annotator", {}) or {}
+    cfg = AnnotatorConfig(
+        delay_s=float(a.get("delay_s", 1.0)),
+        poll_s=float(a.get("poll_s", 0.2)),
+        max_per_trajectory=int(a.get("max_per_trajectory", 3)),
+    )
+    GuidanceStore(paths.guidance_store)  # create the schema before two processes race for it
+    return AnnotatorProcess(paths.guidance_store, cfg)
+
+
+def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, float]:
+    """The whole stage in one process (what ``dvc repro`` runs)."""
+    paths = paths or Paths.default()
+    jobs = plan(params)
+    workers = int(section(params, "rollout").get("workers", 2))
+    with annotator(params, paths):
+        trajs = run_jobs(jobs, lambda j: run_one(j, params, paths), workers, "rollout")
+    metrics = finalize(trajs, paths)
+    if tracker is not None:
+        tracker.log_metrics(metrics)
+    return metrics

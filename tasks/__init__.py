@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers that call ``apollo`` and add retries, logging and caching policy."""
