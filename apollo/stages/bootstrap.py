@@ -62,8 +62,9 @@ def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Tra
         # a clean share of demonstrations follows the reference plan, the rest make mistakes
         job_noise = 0.0 if job.sample == 0 and job.seed % 3 == 0 else noise
         eng = ScriptedEngine(tasks[job.task_id], noise=job_noise, seed=job.seed)
-        return episode(tasks[job.task_id], eng, job, cfg, guidance=store,
-                       meta={"mistakes": list(eng.agent.mistakes)})
+        t = episode(tasks[job.task_id], eng, job, cfg, guidance=store, meta={"noise": job_noise})
+        t.meta["mistakes"] = list(eng.agent.mistakes)
+        return t
 
     with AnnotatorProcess(store_path, acfg, suite_root=suite):
         return run_jobs(jobs, one, int(p.get("workers", 8)), "demonstrations")

@@ -1,0 +1,108 @@
+"""A short end-to-end run of the real Prefect flow over the real dvc.yaml, in a copy of the project.
+
+Small params (micro model, one task per split, few steps) keep it to a couple of minutes. Checks:
+every stage ran and was committed (``dvc status`` clean), MLflow holds one parent run with a child
+per stage, the results table exists; a second run runs no stage.
+"""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMALL = {
+    "seed": 0,
+    "model": {"source": "embedded", "hf_path": ""},
+    "bootstrap": {"preset": "micro", "vocab_size": 600, "demo_tasks_per_family": 1, "demos_per_task": 1,
+                  "noise": 0.3, "max_steps": 8, "workers": 4, "annotator": {"delay_s": 0.1},
+                  "sft": {"lr": 0.003, "min_lr": 0.001, "warmup_steps": 1, "epochs": 1, "micro_batch_size": 1,
+                          "grad_accum": 1, "max_length": 2048}},
+    "rollout": {"engine": "hf", "temperature": 0.8, "max_new_tokens": 48, "samples_per_task": 1, "max_steps": 3,
+                "context_tokens": 2000, "workers": 1, "tasks": ["df-train-01"],
+                "annotator": {"delay_s": 0.0, "poll_s": 0.05}},
+    "mask": {"rules": "apollo/supervision/rules.yaml"},
+    "build": {"upsample_react": 7, "upsample_summary": 10, "max_length": 2048},
+    "train": {"lr": 0.001, "min_lr": 0.0005, "warmup_steps": 1, "epochs": 1, "micro_batch_size": 1,
+              "grad_accum": 2, "max_length": 2048},
+    "evaluate": {"engine": "hf", "temperature": 0.8, "max_new_tokens": 48, "samples_per_task": 1, "max_steps": 2,
+                 "context_tokens": 2000, "workers": 1, "tasks": ["df-test-01"]},
+    "report": {"variants": ["reference", "base", "sft"]},
+}
+
+
+def _copy_project(dst: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tmp", "cache")
+    for name in ("apollo", "flows", "tasks"):
+        shutil.copytree(ROOT / name, dst / name, ignore=ignore)
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(ROOT / name, dst / name)
+    (dst / ".dvc").mkdir()
+    shutil.copy(ROOT / ".dvc" / "config", dst / ".dvc" / "config")
+    (dst / "params.yaml").write_text(yaml.safe_dump(SMALL, sort_keys=False))
+
+
+def _run(cmd, cwd, env, timeout=900):
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}"
+    return p.stdout
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _copy_project(proj)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "APOLLO_", "PREFECT_API"))}
+    env.update(PYTHONPATH=str(proj), PREFECT_HOME=str(tmp_path / "prefect"), TOKENIZERS_PARALLELISM="false")
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    _run(["git", "init", "-q"], proj, env)
+    out = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
+    assert "stages run: bootstrap, rollout, guidance, mask, build, train, evaluate@" in out
+    assert "| model |" in out and "weighted avg" in out
+
+    # artifacts of every stage
+    for p in ("data/models/base/config.json", "data/rollouts/train.jsonl", "data/guidance/guidance.jsonl",
+              "data/masked/train.jsonl", "data/dataset/train.parquet", "data/models/sft/model.safetensors",
+              "data/eval/sft/results.json", "data/report/results.md", "data/report/scores.png"):
+        assert (proj / p).exists(), p
+    results = json.loads((proj / "data/report/results.json").read_text())
+    assert set(results) == {"reference", "base", "sft"}
+    assert results["reference"]["weighted"]["final"] >= 60  # the scripted reference solves the task
+    for v in results.values():
+        assert 0 <= v["weighted"]["final"] <= v["weighted"]["best"] <= 100
+
+    # DVC: everything recorded
+    status = _run(["dvc", "status", "--json"], proj, env)
+    assert json.loads(status or "{}") == {}
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())
+    assert {"bootstrap", "rollout", "train", "report", "evaluate@sft"} <= set(lock["stages"])
+
+    # MLflow: one parent pipeline run, a child per stage with explicit parent
+    db = sqlite3.connect(proj / "mlflow" / "mlflow.db")
+    runs = dict(db.execute("select run_uuid, name from runs").fetchall())
+    parents = [r for r, in db.execute("select run_uuid from tags where key='apollo.kind' and value='pipeline'")]
+    assert len(parents) == 1
+    children = {runs[r] for r, in db.execute(
+        "select run_uuid from tags where key='mlflow.parentRunId' and value=?", (parents[0],))}
+    assert {"bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate@base", "report"} <= children
+    metric_keys = {k for k, in db.execute("select distinct key from metrics")}
+    assert {"rollout.final_mean", "mask.drop_rate", "train.loss", "eval.weighted_final"} <= metric_keys
+
+    # a second run with nothing changed runs no stage
+    out2 = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
+    assert "stages run: none" in out2
+    # a params change makes exactly the affected stages stale
+    small = yaml.safe_load((proj / "params.yaml").read_text())
+    small["report"]["variants"] = ["base", "sft"]
+    (proj / "params.yaml").write_text(yaml.safe_dump(small, sort_keys=False))
+    out3 = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
+    assert "stages run: report" in out3
