@@ -77,4 +77,6 @@ class Paths:
     def dataset(self) -> Path: return self.data / "dataset"
     def eval(self, variant: str) -> Path: return self.data / "eval" / variant
     @property
+    def quality(self) -> Path: return self.data / "quality"
+    @property
     def report(self) -> Path: return self.data / "report"

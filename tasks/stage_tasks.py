@@ -67,7 +67,7 @@ def rollout_flow(params: dict[str, Any], parent_run_id: str) -> dict[str, Any]:
         with rollout.annotator(params):
             futures = rollout_one.map(jobs, params=unmapped(params))
             trajs = [f.result() for f in futures]
-        metrics = rollout.finalize(trajs)
+        metrics = rollout.finalize(trajs, tracker=tracker)
         tracker.log_metrics({**metrics, "rollout.seconds": time.perf_counter() - t0})
     return metrics
 

@@ -1,0 +1,46 @@
+"""The research environment: a mini InnovatorBench-style task suite, a sandboxed workspace with
+ResearchGym-style tools, hidden evaluations and scripted agents.
+
+Main entry points::
+
+    from apollo.env import list_tasks, load_task, Workspace, ScriptedAgent, check_deviation
+    task = load_task("df-train-01")
+    with Workspace(task) as ws:
+        res = ws.call("run_command", {"command": "ls"}, step=0)
+"""
+
+from apollo.env.scripted import (
+    MISTAKE_KINDS,
+    Episode,
+    EpisodeStep,
+    ScriptedAgent,
+    check_deviation,
+    run_baseline,
+    run_episode,
+    run_reference,
+)
+from apollo.env.tasks import DOMAINS, TaskSpec, baseline_plan, list_tasks, load_task, reference_plan
+from apollo.env.tools import TOOL_SPECS, tool_schemas
+from apollo.env.workspace import ToolResult, Workspace, evaluate_workspace
+
+__all__ = [
+    "DOMAINS",
+    "MISTAKE_KINDS",
+    "TOOL_SPECS",
+    "Episode",
+    "EpisodeStep",
+    "ScriptedAgent",
+    "TaskSpec",
+    "ToolResult",
+    "Workspace",
+    "baseline_plan",
+    "check_deviation",
+    "evaluate_workspace",
+    "list_tasks",
+    "load_task",
+    "reference_plan",
+    "run_baseline",
+    "run_episode",
+    "run_reference",
+    "tool_schemas",
+]

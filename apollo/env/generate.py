@@ -56,7 +56,8 @@ def generate_suite(out: Path = DEFAULT_OUT, instances: list[Instance] | None = N
         FAMILIES[inst.family].generate(task_dir, inst.task_id, inst.split, inst.seed)
         dirs.append(task_dir)
     manifest = [
-        {"task_id": i.task_id, "family": i.family, "domain": FAMILIES[i.family].DOMAIN, "split": i.split, "seed": i.seed}
+        {"task_id": i.task_id, "family": i.family, "domain": FAMILIES[i.family].DOMAIN, "split": i.split,
+         "seed": i.seed}
         for i in instances
     ]
     (out / "suite.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

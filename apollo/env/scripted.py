@@ -34,8 +34,8 @@ _WRONG_TOOL_NAMES = {
     "sleep": "wait", "eval": "evaluate", "check_session_idle": "session_status",
     "get_session_output": "read_output", "create_file": "write", "finish": "done",
 }
-_EVAL_STEP = {"id": "eval", "thought": "Evaluate the result.", "tool": "eval", "arguments": {}}
-_FINISH_STEP = {"id": "finish", "thought": "The task is done.", "tool": "finish", "arguments": {}}
+_EVAL_STEP: dict[str, Any] = {"id": "eval", "thought": "Evaluate the result.", "tool": "eval", "arguments": {}}
+_FINISH_STEP: dict[str, Any] = {"id": "finish", "thought": "The task is done.", "tool": "finish", "arguments": {}}
 
 
 class ScriptedAgent:
@@ -53,7 +53,7 @@ class ScriptedAgent:
         self.mistakes: list[str] = []
         self.skipped: list[int] = []  # script indices skipped by "ignore_script"
         self._queue: list[Action] = []
-        self._guidance_seen = 0
+        self._guidance_seen: set[str] = set()
         self._calm = 0  # decisions without mistakes left (after guidance)
         self._last_idx = 0
         self._evals = 0
@@ -62,11 +62,10 @@ class ScriptedAgent:
 
     def next_action(self, history: list[HistoryItem], guidance: list[str] | None = None) -> Action:
         """The next ``(thought, tool, arguments)`` given the steps so far and the guidance received."""
-        guidance = guidance or []
-        if len(guidance) > self._guidance_seen:
-            for text in guidance[self._guidance_seen:]:
+        for text in guidance or []:
+            if text not in self._guidance_seen:  # by text: a summarized context may drop old messages
+                self._guidance_seen.add(text)
                 self._on_guidance(text)
-            self._guidance_seen = len(guidance)
         action = self._next(history)
         if action[1] == "eval":
             self._evals += 1
@@ -82,6 +81,11 @@ class ScriptedAgent:
             if tool == "check_session_idle" and " is busy" in obs:
                 self.pos = self._last_idx  # check again after waiting
                 return ("Training still runs; wait a bit more.", "sleep", {"seconds": 3})
+            last = self.script[self._last_idx]
+            if tool == "run_command" == last["tool"] and obs.startswith("Error: session") and " is busy" in obs:
+                self.pos = self._last_idx  # a stale run occupies the session: stop it, then run again
+                sid = last["arguments"].get("session_id", "default")
+                return ("Stop the stale run first.", "kill_session_processes", {"session_id": sid})
         if self.pos >= len(self.script):
             return (_FINISH_STEP["thought"], "finish", {})
         step = self.script[self.pos]
@@ -204,7 +208,9 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
         path = _norm(args.get("path"))
         opened = any(t == "open_file" and _norm(a.get("path")) == path for j, (t, a, _) in enumerate(steps) if j != i)
         if not opened:
-            ref = next((s for s in plan if s["tool"] == "edit_file" and _norm(s["arguments"].get("path")) == path), None)
+            ref = next(
+                (s for s in plan if s["tool"] == "edit_file" and _norm(s["arguments"].get("path")) == path), None
+            )
             tail = f" Then {ref['advice'][0].lower()}{ref['advice'][1:]}" if ref and ref.get("advice") else ""
             return _cap(f"Open {args.get('path')} and read it before editing it.{tail}")
 
@@ -214,7 +220,7 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
         if matched[ki]:
             continue
         later_done = any(matched[ki + 1:])
-        ended = any(t in ("eval", "finish") for t, _, _ in steps)
+        ended = steps[-1][0] in ("eval", "finish")
         wrong_way = any(
             t in ("run_command", "create_file", "edit_file") and any(p in json.dumps(a) for p in k.get("avoid", []))
             for t, a, _ in steps

@@ -136,8 +136,10 @@ def _coerce(spec: ToolSpec, name: str, typ: type, value: Any) -> Any:
 
 # --- sandbox policy -------------------------------------------------------------------------------
 
-_FORBIDDEN_CMDS = ("kill", "pkill", "killall", "sudo", "su", "shutdown", "reboot")
-_FORBIDDEN_RE = re.compile(r"(?<![\w./-])(" + "|".join(_FORBIDDEN_CMDS) + r")(?![\w-])")
+# kill/pkill/killall are refused wherever they appear as a word (also inside a quoted script);
+# the privileged commands only as shell words
+_KILL_RE = re.compile(r"(?<![\w./-])(kill|pkill|killall)(?![\w.-])")
+_PRIV_RE = re.compile(r"(?<![\w./-])(sudo|su|doas|shutdown|reboot)(?![\w.-])")
 _DOTDOT_RE = re.compile(r"(?:^|[\s'\"=:/(<>|;&,\[])\.\.(?=$|[/\s'\")<>|;&,\]])")
 _ABS_RE = re.compile(r"(?:^|[\s'\"=:(<>|;&,\[`])(/[^\s'\"()<>|;&,`\]]+)")
 _ALLOWED_ABS = ("/dev/null", "/dev/stdout", "/dev/stderr")
@@ -155,12 +157,12 @@ def check_command(command: str, workspace: Path) -> str | None:
     """Why ``command`` is refused, or ``None`` when it may run in ``workspace``."""
     if not command.strip():
         return "empty command"
-    m = _FORBIDDEN_RE.search(command)
-    if m and _is_command_word(command, m.group(1)):
-        name = m.group(1)
-        if name in ("kill", "pkill", "killall"):
-            return f"'{name}' is not allowed; use kill_session_processes(session_id) to stop a command"
-        return f"'{name}' is not allowed in the sandbox"
+    m = _KILL_RE.search(command)
+    if m:
+        return f"'{m.group(1)}' is not allowed; use kill_session_processes(session_id) to stop a command"
+    for m in _PRIV_RE.finditer(command):
+        if _is_command_word(command, m.group(1)):
+            return f"'{m.group(1)}' is not allowed in the sandbox"
     if "~" in command and re.search(r"(?:^|\s)~[\w.-]+", command):
         return "paths under another user's home are outside the workspace"
     if _DOTDOT_RE.search(command):

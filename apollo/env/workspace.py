@@ -31,6 +31,7 @@ from apollo.schema import EvalRecord, Observation
 
 _SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
 _EVAL_MARK = "@@APOLLO_EVAL_RESULT@@"
+_MAX_FILE_KB = 200_000  # no file (log included) written by a command may exceed ~200 MB
 _EVAL_RUNNER = f"""
 import importlib.util, json, sys
 def load(name, path):
@@ -150,18 +151,26 @@ class _Command:
     proc: subprocess.Popen[bytes]
     log: Path
     started: float
-    timer: threading.Timer
+    timer: threading.Timer | None = None  # kills the command at the lifetime limit
     timed_out: bool = False
 
     @property
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def output(self) -> str:
+    def output(self, limit: int = 100_000) -> str:
+        """The command's output so far; for a huge log only its head and tail are read."""
         try:
-            return self.log.read_text(encoding="utf-8", errors="replace")
+            size = self.log.stat().st_size
+            with open(self.log, "rb") as fh:
+                if size <= limit:
+                    return fh.read().decode("utf-8", errors="replace")
+                head = fh.read(limit // 3).decode("utf-8", errors="replace")
+                fh.seek(size - (limit - limit // 3))
+                tail = fh.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
+        return f"{head}\n...[{size - limit} bytes not shown]...\n{tail}"
 
 
 @dataclass
@@ -179,8 +188,7 @@ class _Session:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
+    """Kill the command's process group (its shell and anything it started, even in background)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -194,7 +202,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _cleanup(base: Path, sessions: dict[str, _Session]) -> None:
     for s in sessions.values():
         for c in s.commands:
-            c.timer.cancel()
+            if c.timer is not None:
+                c.timer.cancel()
             _kill_group(c.proc)
     shutil.rmtree(base, ignore_errors=True)
 
@@ -315,19 +324,20 @@ class Workspace:
         return self._sessions[session_id]
 
     def _start(self, session: _Session, command: str) -> _Command:
+        """Start ``command`` in its own process group; output goes to a log outside the workspace."""
         self._n_commands += 1
         log = self._logs / f"{self._n_commands:04d}.log"
+        script = f"ulimit -f {_MAX_FILE_KB} 2>/dev/null\n{command}"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
-                [_SHELL, "-c", command], cwd=str(self.path), env=self._env, stdin=subprocess.DEVNULL,
+                [_SHELL, "-c", script], cwd=str(self.path), env=self._env, stdin=subprocess.DEVNULL,
                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        cmd = _Command(command, proc, log, time.monotonic(), threading.Timer(self.command_timeout_s, lambda: None))
+        cmd = _Command(command, proc, log, time.monotonic())
 
         def on_timeout() -> None:
-            if cmd.running:
-                cmd.timed_out = True
-                _kill_group(proc)
+            cmd.timed_out = cmd.running
+            _kill_group(proc)  # also whatever it left running in the background
 
         cmd.timer = threading.Timer(self.command_timeout_s, on_timeout)
         cmd.timer.daemon = True
@@ -403,7 +413,8 @@ class Workspace:
         if cmd is None or not cmd.running:
             return self._obs(f"Session '{session_id}' has nothing running.")
         _kill_group(cmd.proc)
-        cmd.timer.cancel()
+        if cmd.timer is not None:
+            cmd.timer.cancel()
         return self._obs(f"Stopped '{cmd.command}' in session '{session_id}'.")
 
     def _tool_sleep(self, step: int, seconds: float) -> ToolResult:

@@ -27,6 +27,12 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
         raise ValueError(
             f"{paths.masked / 'train.jsonl'}: no trainable example (every action masked or no trajectory)"
         )
+    from apollo.supervision.quality import check_dataset
+
+    check_dataset(rows, max_length=cfg.max_length,
+                  upsample={"react": cfg.upsample_react, "summary": cfg.upsample_summary},
+                  base_counts={"react": stats["build.samples_react"], "summary": stats["build.samples_summary"]},
+                  out=paths.quality / "dataset.json", tracker=tracker)
     write_parquet(rows, paths.dataset / "train.parquet")
     atomic_write_text(paths.dataset / "stats.json", json.dumps(stats, indent=2) + "\n")
     if tracker is not None:

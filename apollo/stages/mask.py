@@ -17,6 +17,9 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     rules_path = p.get("rules")
     rules = load_rules(project_root() / rules_path if rules_path else None)
     trajs = read_trajectories(paths.rollouts / "train.jsonl")
+    from apollo.supervision.quality import check_trajectories
+
+    check_trajectories(trajs, paths.quality / "trajectories_in.json", tracker)
     masked = [mask_trajectory(t, rules) for t in trajs]
     steps = [s for t in masked for s in t.steps]
     dropped = [s for s in steps if not s.mask.keep]
@@ -31,6 +34,10 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
         **{f"mask.drop_rate.{c}": k / n for c, k in by_cat.items()},
         **{f"mask.drop_rate.source.{c}": k / n for c, k in by_src.items()},
     }
+    from apollo.supervision.quality import check_masks
+
+    check_masks(masked, min_kept=float(p.get("min_kept_fraction", 0.0)),
+                max_kept=float(p.get("max_kept_fraction", 1.0)), out=paths.quality / "masks.json", tracker=tracker)
     write_trajectories(paths.masked / "train.jsonl", masked)
     atomic_write_text(paths.masked / "stats.json", json.dumps(metrics, indent=2) + "\n")
     if tracker is not None:

@@ -74,9 +74,12 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
     }
 
 
-def finalize(trajs: list[Trajectory], paths: Paths | None = None) -> dict[str, float]:
+def finalize(trajs: list[Trajectory], paths: Paths | None = None, tracker=None) -> dict[str, float]:
+    from apollo.supervision.quality import check_trajectories
+
     paths = paths or Paths.default()
     trajs = sorted(trajs, key=lambda t: t.trajectory_id)
+    check_trajectories(trajs, paths.quality / "trajectories.json", tracker)  # before anything is written
     write_trajectories(paths.rollouts / "train.jsonl", trajs)
     return summarize(trajs)
 
@@ -100,7 +103,7 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     workers = int(section(params, "rollout").get("workers", 2))
     with annotator(params, paths):
         trajs = run_jobs(jobs, lambda j: run_one(j, params, paths), workers, "rollout")
-    metrics = finalize(trajs, paths)
+    metrics = finalize(trajs, paths, tracker)
     if tracker is not None:
         tracker.log_metrics(metrics)
     return metrics

@@ -46,13 +46,13 @@ IGNORE_INDEX = -100
 class SFTConfig:
     """Hyper-parameters of :func:`train_sft`. Defaults are tuned for behaviour cloning of the tiny model."""
 
-    lr: float = 2e-3
-    min_lr: float = 2e-4
-    warmup_steps: int = 10
-    epochs: float = 3.0
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 20
+    epochs: float = 2.0
     max_steps: int | None = None  # if set, wins over ``epochs`` (cycling through the data)
     micro_batch_size: int = 1  # rows per forward pass
-    grad_accum: int = 4  # micro-batches per optimizer step
+    grad_accum: int = 1  # micro-batches per optimizer step (the tiny model prefers many small steps)
     max_length: int = 4096  # longer samples are truncated (head kept); also the packed row size
     packing: bool = False
     seed: int = 0
@@ -63,6 +63,7 @@ class SFTConfig:
     num_threads: int | None = None  # torch.set_num_threads if set; otherwise left as it is
     bf16: bool = False  # CPU/GPU autocast to bfloat16 (weights stay float32)
     progress: bool = True  # tqdm bar
+    time_budget_s: float | None = None  # stop early (logged, ``stopped_early``) once exceeded
 
 
 class Engine(Protocol):
@@ -254,7 +255,7 @@ def train_sft(
     ``loss`` (mean over trained tokens since the previous log), ``lr``, ``grad_norm``,
     ``tokens_per_s`` (non-padding tokens), ``trained_tokens`` (cumulative), ``elapsed_s``.
 
-    Returns: ``steps``, ``epochs``, ``first_loss``, ``final_loss`` (last log window), ``last_epoch_loss``,
+    Returns: ``steps`` (done), ``planned_steps``, ``stopped_early`` (``time_budget_s`` hit), ``epochs``, ``first_loss``, ``final_loss`` (last log window), ``last_epoch_loss``,
     ``tokens``, ``trained_tokens``, ``seconds``, ``tokens_per_s``, ``rows``, ``history`` (the logs),
     ``config``.
     """
@@ -303,6 +304,8 @@ def train_sft(
     t_log, tok_log = t0, 0
     epoch = 0
     bar = tqdm(total=total_steps, desc="sft", disable=not cfg.progress, dynamic_ncols=True)
+    stopped_early = False
+    done = 0
     for step in range(total_steps):
         batches = []
         for _ in range(cfg.grad_accum):
@@ -325,7 +328,9 @@ def train_sft(
         epoch_loss[epoch][0] += step_loss
         epoch_loss[epoch][1] += n_step
         bar.update(1)
-        if (step + 1) % cfg.log_every == 0 or step + 1 == total_steps:
+        done = step + 1
+        over_budget = cfg.time_budget_s is not None and time.perf_counter() - t0 > cfg.time_budget_s
+        if (step + 1) % cfg.log_every == 0 or step + 1 == total_steps or over_budget:
             now = time.perf_counter()
             log = {
                 "step": step + 1,
@@ -342,13 +347,18 @@ def train_sft(
             if on_log is not None:
                 on_log(log)
             win_loss, win_tok, t_log, tok_log = 0.0, 0, now, tokens
+        if over_budget and step + 1 < total_steps:
+            stopped_early = True
+            break
     bar.close()
     seconds = time.perf_counter() - t0
     model.eval()
     last = epoch_loss[max(epoch_loss)]
     return {
-        "steps": total_steps,
-        "epochs": total_steps / steps_per_epoch,
+        "steps": done,
+        "planned_steps": total_steps,
+        "stopped_early": stopped_early,
+        "epochs": done / steps_per_epoch,
         "first_loss": history[0]["loss"],
         "final_loss": history[-1]["loss"],
         "last_epoch_loss": last[0] / max(1.0, last[1]),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -25,6 +26,7 @@ _NAMES = ("train.csv", "measurements.csv", "sensor_log.csv", "prices.csv", "read
 _DELTAS = (0.5, 1.0, 1.5)
 _FRACS = (0.15, 0.2, 0.25)
 N_TRAIN, N_TEST = 300, 300
+MIN_GAP = 1.0  # baseline minus reference test RMSE
 DEFAULT_CONFIG_LINES = ("data", "loss", "delta", "lr", "epochs", "steps_per_epoch", "epoch_seconds")
 
 
@@ -35,14 +37,8 @@ def _csv(X: np.ndarray, y: np.ndarray) -> str:
     return head + "\n" + "\n".join(rows) + "\n"
 
 
-def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
-    """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
-    pick = random.Random(seed)
-    name = pick.choice(_NAMES)
-    delta = pick.choice(_DELTAS)
-    frac = pick.choice(_FRACS)
-    d = pick.choice((2, 3, 4))
-    rng = np.random.default_rng(seed)
+def _draw(rng: np.random.Generator, d: int, frac: float) -> tuple[str, str]:
+    """Training csv (with one-sided outliers, more where x1 > 0) and clean test csv."""
     w_true = rng.uniform(-3, 3, d).round(2)
     b_true = round(float(rng.uniform(-2, 2)), 2)
     X = rng.normal(size=(N_TRAIN, d))
@@ -51,10 +47,24 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     outlier = rng.random(N_TRAIN) < p_out
     y = y + outlier * rng.uniform(10, 25, N_TRAIN)
     Xt = rng.normal(size=(N_TEST, d))
-    yt = Xt @ w_true + b_true
+    return _csv(X, y), _csv(Xt, Xt @ w_true + b_true)
 
+
+def _rmse(tr: ModuleType, ev_mod: ModuleType, X: np.ndarray, y: np.ndarray, cfg: dict, test_csv: str) -> float:
+    """Test RMSE of the model the trainer fits with ``cfg``, exactly as the evaluation computes it."""
+    w, b = tr.train(X, y, cfg)
+    model = json.loads(json.dumps({"w": [float(v) for v in w], "b": float(b)}))
+    return float(ev_mod.rmse_on_csv(model["w"], model["b"], test_csv))
+
+
+def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
+    """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
+    pick = random.Random(seed)
+    name = pick.choice(_NAMES)
+    delta = pick.choice(_DELTAS)
+    frac = pick.choice(_FRACS)
+    d = pick.choice((2, 3, 4))
     ws = task_dir / "workspace"
-    c.write_text(ws / "data" / name, _csv(X, y))
     c.copy_template(FAMILY, "train.py", ws / "scripts" / "train.py")
     config = {
         "data": f"data/{name}", "loss": "mse", "delta": 1.0, "lr": 0.05,
@@ -62,22 +72,21 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     }
     assert tuple(config) == DEFAULT_CONFIG_LINES
     c.write_json(ws / "config.json", config)
-    test_csv = _csv(Xt, yt)
 
     # calibration: the same trainer and the same RMSE code as the evaluation, on the written files
     tr = c.load_template_module(FAMILY, "train.py")
     ev_mod = c.load_template_module(FAMILY, "evaluation.py")
-    Xr, yr = tr.load_csv(ws / "data" / name)
+    for attempt in range(50):  # redraw (deterministically) until the robust loss clearly helps
+        train_csv, test_csv = _draw(np.random.default_rng([seed, attempt]), d, frac)
+        c.write_text(ws / "data" / name, train_csv)
+        Xr, yr = tr.load_csv(ws / "data" / name)
 
-    def rmse(cfg: dict) -> float:
-        w, b = tr.train(Xr, yr, cfg)
-        model = json.loads(json.dumps({"w": [float(v) for v in w], "b": float(b)}))
-        return float(ev_mod.rmse_on_csv(model["w"], model["b"], test_csv))
-
-    base = rmse(config)
-    ref = rmse({**config, "loss": "huber", "delta": delta})
-    if base - ref < 0.5:
-        raise ValueError(f"{task_id}: seed {seed} gives too small a gap ({base:.3f} -> {ref:.3f})")
+        base = _rmse(tr, ev_mod, Xr, yr, config, test_csv)
+        ref = _rmse(tr, ev_mod, Xr, yr, {**config, "loss": "huber", "delta": delta}, test_csv)
+        if base - ref >= MIN_GAP:
+            break
+    else:
+        raise ValueError(f"{task_id}: no draw of seed {seed} gives an RMSE gap >= {MIN_GAP}")
     ev = c.write_evaluation(
         task_dir, task_id, FAMILY,
         {"n_features": d, "baseline_rmse": round(base, 6), "reference_rmse": round(ref, 6)},

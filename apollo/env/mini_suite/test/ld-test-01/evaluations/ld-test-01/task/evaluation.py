@@ -13,7 +13,7 @@ def rmse_on_csv(w, b, text):
     se = 0.0
     for ln in lines:
         vals = [float(v) for v in ln.split(",")]
-        pred = sum(wi * xi for wi, xi in zip(w, vals[:-1])) + b
+        pred = sum(wi * xi for wi, xi in zip(w, vals[:-1], strict=True)) + b
         se += (pred - vals[-1]) ** 2
     return math.sqrt(se / len(lines))
 

@@ -1,0 +1,294 @@
+"""The research environment: task suite, sandboxed workspace and tools, evaluation, generator."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from apollo.env import (
+    DOMAINS,
+    Workspace,
+    evaluate_workspace,
+    list_tasks,
+    load_task,
+    reference_plan,
+    run_baseline,
+    run_reference,
+)
+from apollo.env.generate import DEFAULT_OUT, generate_suite
+from apollo.env.tasks import TaskSpec
+
+TASKS = list_tasks()
+SECTIONS = ("Motivation", "Task", "Data", "Constraint", "Evaluation", "Environment", "Scripts")
+
+
+@pytest.fixture(scope="module")
+def scores() -> dict[str, tuple[float, float]]:
+    """(reference, baseline) final score per task, run in parallel (training is mostly sleep)."""
+    with ThreadPoolExecutor(max_workers=len(TASKS)) as pool:
+        ref = {t.task_id: pool.submit(run_reference, t) for t in TASKS}
+        base = {t.task_id: pool.submit(run_baseline, t) for t in TASKS}
+        return {k: (ref[k].result(), base[k].result()) for k in ref}
+
+
+@pytest.fixture
+def df_task() -> TaskSpec:
+    return load_task("df-train-01")
+
+
+@pytest.fixture
+def ws(df_task: TaskSpec, tmp_path: Path):
+    with Workspace(df_task, tmp_path, wait_s=3.0) as w:
+        yield w
+
+
+# --- suite -------------------------------------------------------------------------------------------
+
+
+def test_suite_layout() -> None:
+    assert DOMAINS == ("data_construction", "data_filtering", "data_augmentation", "loss_design",
+                       "reward_design", "scaffold_construction")
+    ids = [t.task_id for t in TASKS]
+    assert ids == sorted(ids) and len(ids) == 8
+    assert {t.family for t in TASKS} == {"data_filtering", "loss_design"}
+    assert {t.task_id for t in list_tasks("train")} == {"df-train-01", "df-train-02", "ld-train-01", "ld-train-02"}
+    assert all(t.split == "test" for t in list_tasks("test"))
+    for t in TASKS:
+        assert t.max_evals == 3 and t.max_steps > 0 and t.max_wall_s > 0
+        text = t.description
+        assert len(text) <= 900
+        assert all(f"## {s}" in text for s in SECTIONS)
+        ev = t.eval_dir / "task"
+        assert (ev / "evaluation.py").is_file() and (ev / "config.py").is_file()
+        assert (t.task_dir / "hint.md").is_file()
+        assert (t.workspace_template / "scripts").is_dir() and (t.workspace_template / "data").is_dir()
+        plan = reference_plan(t)
+        assert plan and all({"id", "thought", "tool", "arguments"} <= set(s) for s in plan)
+    with pytest.raises(KeyError):
+        load_task("nope-01")
+
+
+def test_train_and_test_instances_differ() -> None:
+    descs = {t.task_id: t.description for t in TASKS}
+    assert len(set(descs.values())) == len(descs)
+
+
+def test_data_files_are_small() -> None:
+    for p in DEFAULT_OUT.rglob("*"):
+        if p.is_file():
+            assert p.stat().st_size <= 50_000, p
+
+
+def test_generator_is_deterministic(tmp_path: Path) -> None:
+    generate_suite(tmp_path)
+    committed = sorted(p.relative_to(DEFAULT_OUT) for p in DEFAULT_OUT.rglob("*")
+                       if p.is_file() and "__pycache__" not in p.parts)
+    fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert committed == fresh
+    for rel in fresh:
+        assert filecmp.cmp(DEFAULT_OUT / rel, tmp_path / rel, shallow=False), rel
+
+
+# --- scores ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", [t.task_id for t in TASKS])
+def test_reference_and_baseline_scores(scores: dict[str, tuple[float, float]], task_id: str) -> None:
+    ref, base = scores[task_id]
+    assert 70.0 <= ref <= 90.0
+    assert base <= 5.0
+
+
+def test_eval_missing_output_is_zero_with_message(df_task: TaskSpec, tmp_path: Path) -> None:
+    with Workspace(df_task, tmp_path) as w:
+        score, metrics, message = evaluate_workspace(df_task, w.path)
+        assert score == 0.0 and "output/filtered.jsonl" in message
+        w.call("create_file", {"path": "output/filtered.jsonl", "content": '{"id": 0, "x": [], "label": 7}\n'}, 0)
+        score, _, message = evaluate_workspace(df_task, w.path)
+        assert score == 0.0 and "not an unchanged record" in message
+
+
+def test_broken_evaluation_cannot_crash_caller(df_task: TaskSpec, tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(df_task.task_dir, suite / "train" / df_task.task_id)
+    broken = load_task(df_task.task_id, suite_root=suite)
+    (broken.eval_dir / "task" / "evaluation.py").write_text("raise RuntimeError('boom')\n")
+    score, metrics, message = evaluate_workspace(broken, tmp_path)
+    assert score == 0.0 and metrics == {} and "boom" in message
+
+
+def test_eval_budget_then_refusal_and_forced_final(ws: Workspace) -> None:
+    for i in range(3):
+        res = ws.call("eval", {}, i)
+        assert res.eval is not None and not res.observation.refused
+        assert f"Evaluation {i + 1}/3" in res.observation.text and "overall_score=0" in res.observation.text
+    res = ws.call("eval", {}, 3)
+    assert res.observation.refused and res.eval is None and "budget" in res.observation.text
+    final = ws.final_eval(4)
+    assert final.forced and final.score == 0.0
+    assert "reference" not in res.observation.text and "baseline" not in res.observation.text
+
+
+# --- sandbox -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    "kill 1", "pkill python", "killall sleep", "ls; kill -9 $$", "echo $(kill 1)", "sudo ls",
+    "python -c \"import os; os.system('kill 1')\"",
+    "rm -rf /tmp/x", "rm ../data", "cat ../../etc/passwd", "cd .. && ls", "cat /etc/passwd",
+    "python -c \"open('/etc/hostname').read()\"", "ln -s /etc leak", "echo hi > /tmp/out",
+])
+def test_sandbox_refuses_commands(ws: Workspace, command: str) -> None:
+    obs = ws.call("run_command", {"command": command}, 0).observation
+    assert obs.refused and obs.text.startswith("Refused:")
+
+
+def test_sandbox_allows_workspace_commands(ws: Workspace) -> None:
+    cmd = "rm -f output/x su.txt && ls data > /dev/null && python -c 'import os; print(6*7, os.kill)'"
+    obs = ws.call("run_command", {"command": cmd}, 0).observation
+    assert not obs.refused and obs.exit_code == 0 and "42" in obs.text
+
+
+@pytest.mark.parametrize("tool,args", [
+    ("open_file", {"path": "../task.yaml"}),
+    ("open_file", {"path": "/etc/passwd"}),
+    ("create_file", {"path": "../evil.txt", "content": "x"}),
+    ("edit_file", {"path": "/etc/hosts", "start_line": 1, "end_line": 1, "content": "x"}),
+    ("list_files", {"path": ".."}),
+])
+def test_sandbox_refuses_paths(ws: Workspace, tool: str, args: dict) -> None:
+    obs = ws.call(tool, args, 0).observation
+    assert obs.refused and "workspace" in obs.text
+
+
+def test_symlink_escape_refused(ws: Workspace) -> None:
+    os.symlink("/etc", ws.path / "leak")
+    obs = ws.call("open_file", {"path": "leak/hostname"}, 0).observation
+    assert obs.refused
+
+
+def test_commands_get_no_host_secrets(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APOLLO_TEST_SECRET", "s3cr3t-value")
+    obs = ws.call("run_command", {"command": "env"}, 0).observation
+    assert "s3cr3t-value" not in obs.text and f"HOME={ws.path}" in obs.text
+    assert "PYTHONPATH" not in obs.text
+
+
+def test_bad_tools_and_arguments_are_observations(ws: Workspace) -> None:
+    obs = ws.call("bash", {"command": "ls"}, 0).observation
+    assert obs.error and "unknown tool" in obs.text
+    obs = ws.call("run_command", {}, 0).observation
+    assert obs.error and "needs argument 'command'" in obs.text
+    obs = ws.call("open_file", {"path": "scripts/filter.py", "line_start": "abc"}, 0).observation
+    assert obs.error and "line_start" in obs.text
+    obs = ws.call("open_file", {"path": "scripts/filter.py", "colour": 1}, 0).observation
+    assert obs.error and "unknown argument" in obs.text
+    obs = ws.call("run_command", "ls", 0).observation  # type: ignore[arg-type]
+    assert obs.error
+
+
+def test_output_is_truncated(ws: Workspace) -> None:
+    obs = ws.call("run_command", {"command": "python -c \"print('x' * 5000)\""}, 0).observation
+    assert obs.truncated and len(obs.text) <= ws.max_output_chars + 100
+
+
+# --- sessions ----------------------------------------------------------------------------------------
+
+
+def test_background_job_lifecycle(ws: Workspace) -> None:
+    obs = ws.call("run_command", {"command": "sleep 1.5; echo job-done", "session_id": "bg",
+                                  "wait_for_completion": False}, 0).observation
+    assert "background" in obs.text
+    assert "is busy" in ws.call("check_session_idle", {"session_id": "bg"}, 1).observation.text
+    assert "running" in ws.call("get_session_output", {"session_id": "bg"}, 2).observation.text
+    busy = ws.call("run_command", {"command": "echo hi", "session_id": "bg"}, 3).observation
+    assert busy.error and "busy" in busy.text
+    ws.call("sleep", {"seconds": 2}, 4)
+    assert "is idle" in ws.call("check_session_idle", {"session_id": "bg"}, 5).observation.text
+    out = ws.call("get_session_output", {"session_id": "bg"}, 6).observation
+    assert "job-done" in out.text and "exit code 0" in out.text
+
+
+def test_blocking_command_continues_in_background(df_task: TaskSpec, tmp_path: Path) -> None:
+    with Workspace(df_task, tmp_path, wait_s=0.5) as w:
+        obs = w.call("run_command", {"command": "sleep 1; echo late"}, 0).observation
+        assert "still running" in obs.text and obs.exit_code is None
+        time.sleep(1.5)
+        assert "late" in w.call("get_session_output", {}, 1).observation.text
+
+
+def test_command_timeout_and_kill(df_task: TaskSpec, tmp_path: Path) -> None:
+    with Workspace(df_task, tmp_path, command_timeout_s=1.0) as w:
+        obs = w.call("run_command", {"command": "sleep 5"}, 0).observation
+        assert "killed after" in obs.text
+        w.call("run_command", {"command": "sleep 30", "session_id": "s", "wait_for_completion": False}, 1)
+        assert "Stopped" in w.call("kill_session_processes", {"session_id": "s"}, 2).observation.text
+        assert "is idle" in w.call("check_session_idle", {"session_id": "s"}, 3).observation.text
+
+
+def test_close_kills_background_and_removes_dir(df_task: TaskSpec, tmp_path: Path) -> None:
+    w = Workspace(df_task, tmp_path, command_timeout_s=60.0)
+    w.call("run_command", {"command": "sleep 30", "session_id": "s", "wait_for_completion": False}, 0)
+    proc = w._sessions["s"].current.proc  # type: ignore[union-attr]
+    w.close()
+    assert proc.poll() is not None and not w.path.exists()
+    assert w.call("list_files", {}, 1).observation.error
+
+
+def test_sleep_is_capped(df_task: TaskSpec, tmp_path: Path) -> None:
+    with Workspace(df_task, tmp_path, max_sleep_s=0.2) as w:
+        t0 = time.monotonic()
+        obs = w.call("sleep", {"seconds": 100}, 0).observation
+        assert time.monotonic() - t0 < 2 and "capped" in obs.text
+
+
+# --- files -------------------------------------------------------------------------------------------
+
+
+def test_file_tools(ws: Workspace) -> None:
+    assert "scripts/" in ws.call("list_files", {}, 0).observation.text
+    obs = ws.call("create_file", {"path": "notes/a.txt", "content": "one\ntwo\nthree\n"}, 1).observation
+    assert "Created" in obs.text
+    obs = ws.call("open_file", {"path": "notes/a.txt", "line_start": 2, "line_end": 3}, 2).observation
+    assert "2: two" in obs.text and "3: three" in obs.text and "1: one" not in obs.text
+    edit = {"path": "notes/a.txt", "start_line": 2, "end_line": 2, "content": "TWO\n2b"}
+    obs = ws.call("edit_file", edit, 3).observation
+    assert not obs.error
+    assert (ws.path / "notes/a.txt").read_text() == "one\nTWO\n2b\nthree\n"
+    bad = {"path": "notes/a.txt", "start_line": 9, "end_line": 9, "content": ""}
+    assert ws.call("edit_file", bad, 4).observation.error
+    assert "notes/a.txt:2" in ws.call("search_dir", {"query": "TWO"}, 5).observation.text
+    assert ws.call("finish", {}, 6).done
+    assert "Thought recorded" in ws.call("think", {"thought": "hm"}, 7).observation.text
+    assert "min-quality" in ws.call("view_hint", {}, 8).observation.text
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_close_kills_processes_left_in_background(df_task: TaskSpec, tmp_path: Path) -> None:
+    w = Workspace(df_task, tmp_path, command_timeout_s=60.0)
+    obs = w.call("run_command", {"command": "sleep 30 > /dev/null 2>&1 & echo $!"}, 0).observation
+    pid = int(obs.text.splitlines()[1])
+    assert not _gone(pid)
+    w.close()
+    deadline = time.monotonic() + 3
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
+
+
+def test_huge_output_is_capped(ws: Workspace) -> None:
+    obs = ws.call("run_command", {"command": "python -c \"print('y' * 3_000_000)\""}, 0).observation
+    assert obs.truncated and len(obs.text) <= ws.max_output_chars + 100 and obs.exit_code == 0
