@@ -1,16 +1,17 @@
-"""Scripted agents (reference / noisy) and the simulated annotator's deviation check."""
+"""Scripted agents (noisy) and the simulated annotator's deviation check, for every family.
+
+The noise-free agent's runs (reference score, plan followed, no guidance) are in test_suite.py.
+"""
 
 from __future__ import annotations
 
+import json
 import random
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from apollo.agent.actions import format_action, parse_action
 from apollo.env import (
     MISTAKE_KINDS,
-    Episode,
     ScriptedAgent,
     check_deviation,
     list_tasks,
@@ -18,116 +19,162 @@ from apollo.env import (
     reference_plan,
     run_episode,
 )
+from apollo.env.families import FAMILIES
 
 TASKS = list_tasks()
-DF_TASKS = [t for t in TASKS if t.family == "data_filtering"]
+BY_FAMILY = {f: [t for t in TASKS if t.family == f] for f in FAMILIES}
+FAST = ("data_construction", "data_filtering", "data_augmentation", "scaffold_construction")
+EDITS = ("loss_design", "reward_design", "scaffold_construction")  # plans that read then edit a file
+PATIENT = ("loss_design", "reward_design")
 
 
-@pytest.fixture(scope="module")
-def reference_episodes() -> dict[str, Episode]:
-    """Noise-0 episodes of every task with the annotator watching, run in parallel."""
-    with ThreadPoolExecutor(max_workers=len(TASKS)) as pool:
-        futs = {t.task_id: pool.submit(run_episode, t, ScriptedAgent(t, random.Random(1)), annotate=True)
-                for t in TASKS}
-        return {k: f.result() for k, f in futs.items()}
-
-
-@pytest.mark.parametrize("task_id", [t.task_id for t in TASKS])
-def test_noise_free_agent_follows_plan_and_reaches_reference(reference_episodes, task_id: str) -> None:
-    ep = reference_episodes[task_id]
-    plan = reference_plan(load_task(task_id))
-    assert [(s.tool, s.arguments) for s in ep.steps] == [(p["tool"], p["arguments"]) for p in plan] + [
-        ("eval", {}), ("finish", {})]
-    assert 70.0 <= ep.final_score <= 90.0 and ep.evals[0].score == ep.final_score
-    assert ep.mistakes == [] and ep.guidance == []  # check_deviation is None at every prefix
-    for s in ep.steps:
-        assert len(s.thought.split()) <= 15
-        action = parse_action(format_action(s.thought, s.tool, s.arguments))
-        assert action.valid and action.tool == s.tool and action.arguments == s.arguments
-
-
-def test_noisy_agent_makes_several_kinds_of_mistakes() -> None:
-    kinds: set[str] = set()
-    for seed in range(6):
-        for t in DF_TASKS[:2]:
-            agent = ScriptedAgent(t, random.Random(seed), noise=0.5)
-            ep = run_episode(t, agent)
-            assert set(agent.mistakes) <= set(MISTAKE_KINDS)
-            assert ep.steps[-1].tool == "finish" or len(ep.steps) == t.max_steps
-            assert all(len(s.thought.split()) <= 15 for s in ep.steps)
-            kinds |= set(agent.mistakes)
-    assert len(kinds) >= 2, kinds
-
-
-def test_noisy_ld_agent_mistakes_without_running() -> None:
-    """Mistake choice is observation-independent, so it can be exercised without a workspace."""
-    t = load_task("ld-train-01")
-    kinds: set[str] = set()
-    for seed in range(20):
-        agent = ScriptedAgent(t, random.Random(seed), noise=0.5)
-        history: list = []
-        for _ in range(30):
-            thought, tool, args = agent.next_action(history)
-            history.append((tool, args, "ok"))
-            if tool == "finish":
-                break
-        assert history[-1][0] == "finish"
-        kinds |= set(agent.mistakes)
-    assert {"blind_edit", "ignore_script", "early_eval", "invalid_action", "waste_eval"} <= kinds
-
-
-def test_guidance_corrects_ignored_script() -> None:
-    t = DF_TASKS[0]
-    for seed in range(50):
-        probe = ScriptedAgent(t, random.Random(seed), noise=0.5)
-        hist: list = []
-        for _ in range(3):  # the decisions up to the key step
-            hist.append((probe.next_action(hist)[1], {}, "ok"))
-        if probe.mistakes == ["ignore_script"]:
+def _dry_run(agent: ScriptedAgent, limit: int = 40) -> list[tuple[str, dict, str]]:
+    """Drive an agent without a workspace (its mistakes do not depend on the observations)."""
+    history: list[tuple[str, dict, str]] = []
+    for _ in range(limit):
+        _, tool, args = agent.next_action(history)
+        history.append((tool, args, "ok"))
+        if tool == "finish":
             break
-    else:
+    return history
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_noisy_agent_mistake_kinds_per_family(family: str) -> None:
+    task = BY_FAMILY[family][0]
+    kinds: set[str] = set()
+    for seed in range(25):
+        agent = ScriptedAgent(task, random.Random(seed), noise=0.5)
+        history = _dry_run(agent)
+        assert history[-1][0] == "finish"
+        assert set(agent.mistakes) <= set(MISTAKE_KINDS) and len(agent.mistakes) == len(set(agent.mistakes))
+        kinds |= set(agent.mistakes)
+    want = {"ignore_script", "early_eval", "invalid_action", "waste_eval"}
+    if family in EDITS:
+        want.add("blind_edit")
+    assert want <= kinds, (family, kinds)
+
+
+@pytest.mark.parametrize("family", FAST)
+def test_noisy_agent_runs_in_workspace(family: str) -> None:
+    task = BY_FAMILY[family][0]
+    for seed in range(2):
+        agent = ScriptedAgent(task, random.Random(seed), noise=0.5)
+        ep = run_episode(task, agent)
+        assert ep.steps[-1].tool == "finish" or len(ep.steps) == task.max_steps
+        assert all(len(s.thought.split()) <= 15 for s in ep.steps)
+        assert ep.evals[-1].forced and 0.0 <= ep.final_score <= 100.0
+
+
+def _seed_with_early(task, kind: str, decisions: int) -> int | None:
+    for seed in range(200):
+        probe = ScriptedAgent(task, random.Random(seed), noise=0.5)
+        hist: list = []
+        for _ in range(decisions):
+            hist.append((probe.next_action(hist)[1], {}, "ok"))
+        if probe.mistakes == [kind]:
+            return seed
+    return None
+
+
+@pytest.mark.parametrize("family", FAST)
+def test_guidance_corrects_ignored_script(family: str) -> None:
+    task = BY_FAMILY[family][0]
+    key = next(i for i, s in enumerate(reference_plan(task)) if "naive" in s)
+    seed = _seed_with_early(task, "ignore_script", key + 1)
+    if seed is None:
         pytest.skip("no seed with an early ignore_script")
-    alone = run_episode(t, ScriptedAgent(t, random.Random(seed), noise=0.5))
-    guided = run_episode(t, ScriptedAgent(t, random.Random(seed), noise=0.5), annotate=True)
+    alone = run_episode(task, ScriptedAgent(task, random.Random(seed), noise=0.5))
+    guided = run_episode(task, ScriptedAgent(task, random.Random(seed), noise=0.5), annotate=True)
     assert "ignore_script" in alone.mistakes and "ignore_script" in guided.mistakes
-    assert guided.guidance and "scripts/filter.py" in guided.guidance[0]
-    assert guided.final_score > alone.final_score
-    assert guided.final_score >= 70.0
+    assert guided.guidance
+    assert guided.final_score > alone.final_score and guided.final_score >= 70.0
 
 
-def test_check_deviation_blind_edit() -> None:
-    t = load_task("ld-train-01")
-    plan = reference_plan(t)
-    edit = next(s for s in plan if s["tool"] == "edit_file")
-    steps = [("edit_file", edit["arguments"], "Edited config.json lines 3-4.")]
+# --- check_deviation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", EDITS)
+def test_check_deviation_blind_edit(family: str) -> None:
+    t = BY_FAMILY[family][0]
+    edit = next(s for s in reference_plan(t) if s["tool"] == "edit_file")
+    path = edit["arguments"]["path"]
+    steps = [("edit_file", edit["arguments"], f"Edited {path}.")]
     g = check_deviation(t, steps)
-    assert g is not None and g.startswith("Open config.json") and len(g.split()) <= 30
-    # reading the file afterwards resolves it
-    steps.append(("open_file", {"path": "config.json"}, "[config.json: lines 1-9 of 9]"))
+    assert g is not None and g.startswith(f"Open {path}") and len(g.split()) <= 30
+    steps.append(("open_file", {"path": path}, f"[{path}: lines 1-9 of 9]"))  # reading it resolves it
     assert check_deviation(t, steps) is None
 
 
-def test_check_deviation_ignored_script_and_early_eval() -> None:
-    t = DF_TASKS[0]
-    g = check_deviation(t, [("run_command", {"command": "head -n 300 data/x.jsonl > output/filtered.jsonl"}, "")])
-    assert g is not None and "scripts/filter.py" in g and "--min-quality" in g and len(g.split()) <= 30
-    ld = load_task("ld-train-01")
-    plan = reference_plan(ld)
-    steps = [(s["tool"], s["arguments"], "ok") for s in plan[:4]]
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_check_deviation_ignored_key_step(family: str) -> None:
+    """The naive action instead of the key step draws the key step's advice once the agent evaluates."""
+    t = BY_FAMILY[family][0]
+    plan = reference_plan(t)
+    key = next(s for s in plan if "naive" in s)
+    naive = key["naive"]
+    steps = [(s["tool"], s["arguments"], "ok") for s in plan[: plan.index(key)]]
+    steps.append((naive["tool"], naive["arguments"], "ok"))
+    g = check_deviation(t, [*steps, ("eval", {}, "Evaluation 1/3: overall_score=0")])
+    assert g is not None and g == key["advice"][: len(g)] and len(g.split()) <= 30
+    text = json.dumps(key["arguments"])
+    assert any(m in g for m in key["match"] if m in text)  # names what to do
+
+
+@pytest.mark.parametrize("family", PATIENT)
+def test_check_deviation_early_eval_during_training(family: str) -> None:
+    t = BY_FAMILY[family][0]
+    plan = reference_plan(t)
+    start = next(i for i, s in enumerate(plan) if s["arguments"].get("wait_for_completion") is False)
+    steps = [(s["tool"], s["arguments"], "ok") for s in plan[: start + 1]]
     steps[-1] = (steps[-1][0], steps[-1][1], "Started in background session 'train'")
-    g = check_deviation(ld, [*steps, ("eval", {}, "Evaluation 1/3: overall_score=0")])
+    g = check_deviation(t, [*steps, ("eval", {}, "Evaluation 1/3: overall_score=0")])
     assert g is not None and "check_session_idle" in g
-    assert check_deviation(ld, steps) is None
-    g = check_deviation(ld, [("run_command", {"command": "python scripts/train.py --config config.json"}, "")])
-    assert g is not None and "huber" in g
+    assert check_deviation(t, steps) is None
+
+
+def test_check_deviation_invalid_actions_and_wasted_evals() -> None:
+    t = load_task("dc-train-01")
+    bad = [("bash", {"command": "ls"}, "Error: unknown tool 'bash'. Available tools: ..."),
+           ("run_command", {}, "Error: run_command needs argument 'command' (string).")]
+    g = check_deviation(t, bad)
+    assert g is not None and g.startswith("Use a listed tool")
+    plan = reference_plan(t)
+    done = [(s["tool"], s["arguments"], "ok") for s in plan]
+    evals = [("eval", {}, "Evaluation 1/3: overall_score=80"), ("eval", {}, "Evaluation 2/3: overall_score=80")]
+    assert check_deviation(t, [*done, evals[0]]) is None
+    assert "finish" in (check_deviation(t, [*done, *evals]) or "")
 
 
 def test_check_deviation_none_on_reference_prefixes() -> None:
     for t in TASKS:
-        plan = reference_plan(t)
         steps = []
-        for s in plan:
+        for s in reference_plan(t):
             obs = "Session 'train' is idle (last command finished, exit code 0)." if s["tool"] == "check_session_idle" \
                 else "ok"
             steps.append((s["tool"], s["arguments"], obs))
             assert check_deviation(t, steps) is None, (t.task_id, s["id"])
+
+
+def test_guidance_after_blind_edit_on_a_patient_task() -> None:
+    """reward_design: the agent edits reward.py unread, is told to open it, and still trains in time."""
+    t = BY_FAMILY["reward_design"][0]
+    seed = _seed_with_early(t, "blind_edit", 2)
+    assert seed is not None
+    ep = run_episode(t, ScriptedAgent(t, random.Random(seed), noise=0.5), annotate=True)
+    assert "blind_edit" in ep.mistakes
+    assert any(g.startswith("Open reward.py") for g in ep.guidance)
+    assert any(s.tool == "open_file" and s.arguments == {"path": "reward.py"} and s.thought.startswith("Read")
+               for s in ep.steps)
+    assert ep.final_score >= 70.0
+
+
+def test_check_deviation_accepts_a_rewritten_file() -> None:
+    """Writing the whole config with create_file does the key edit as well as edit_file."""
+    t = BY_FAMILY["scaffold_construction"][0]
+    plan = reference_plan(t)
+    edit = next(s for s in plan if s["tool"] == "edit_file")
+    steps = [(s["tool"], s["arguments"], "ok") for s in plan[: plan.index(edit)]]
+    content = "{\n" + edit["arguments"]["content"] + "\n}\n"
+    steps.append(("create_file", {"path": "scaffold.json", "content": content}, "Overwrote scaffold.json"))
+    assert check_deviation(t, [*steps, ("eval", {}, "Evaluation 1/3: overall_score=80")]) is None

@@ -124,3 +124,51 @@ def test_merge_across_boundary_falls_back_to_offsets(tok):
         assert "BPE merge" in ex["mismatch"]
         with pytest.raises(TokenizationMismatch):
             tokenize_conversation(tok, conv, strict=True)
+
+
+# Qwen2.5-Instruct's chat template without its ``tools=`` branch (the agent lists tools in its own
+# system prompt): a default system prompt, assistant tool_calls, tool turns merged into one user turn.
+QWEN25_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>' + message.role }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}"
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_qwen25_template_compatible(tok):
+    """Our template renders like Qwen2.5's when a system message is present; Qwen's default system
+    prompt (a prefix that appears only without a system message) does not break the masks."""
+    import copy
+
+    qwen = copy.deepcopy(tok)
+    qwen.chat_template = QWEN25_TEMPLATE
+    conv = CONV[:3] + [CONV[3], {"role": "tool", "content": "second observation"}] + CONV[4:]
+    assert render(qwen, conv) == render(tok, conv)
+    assert render(qwen, conv, add_generation_prompt=True) == render(tok, conv, add_generation_prompt=True)
+    no_system = CONV[1:]
+    ex = tokenize_conversation(qwen, no_system)
+    assert ex["method"] == "incremental" and ex["input_ids"] == template_ids(qwen, no_system)
+    assert tok.decode(ex["input_ids"]).startswith("<|im_start|>system\nYou are Qwen")
+    assert trained_text(qwen, ex) == f"{A1}<|im_end|>{A2}<|im_end|>{A3}<|im_end|>"

@@ -33,10 +33,17 @@ def _instances(family: str, prefix: str, n_train: int, n_test: int, seed0: int) 
     return out
 
 
-SUITE: list[Instance] = [
-    *_instances("data_filtering", "df", 2, 2, 1000),
-    *_instances("loss_design", "ld", 2, 2, 2000),
-]
+# (family, prefix, train count, test count, seed base): Apollo's 18 train tasks and InnovatorBench's
+# 20 test tasks per domain. Seeds of existing ids never change, so adding instances keeps the others.
+SUITE_SPEC: tuple[tuple[str, str, int, int, int], ...] = (
+    ("data_construction", "dc", 4, 4, 3000),
+    ("data_filtering", "df", 3, 3, 1000),
+    ("data_augmentation", "da", 3, 5, 4000),
+    ("loss_design", "ld", 2, 3, 2000),
+    ("reward_design", "rd", 3, 2, 5000),
+    ("scaffold_construction", "sc", 3, 3, 6000),
+)
+SUITE: list[Instance] = [inst for spec in SUITE_SPEC for inst in _instances(*spec)]
 
 
 def generate_suite(out: Path = DEFAULT_OUT, instances: list[Instance] | None = None) -> list[Path]:

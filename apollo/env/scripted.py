@@ -170,8 +170,11 @@ def _norm(path: Any) -> str:
     return os.path.normpath(str(path)) if path else ""
 
 
+_SAME_EFFECT = {"edit_file": "create_file", "create_file": "edit_file"}  # writing a file either way
+
+
 def _matches(plan_step: dict[str, Any], tool: str, arguments: dict[str, Any]) -> bool:
-    if tool != plan_step["tool"]:
+    if tool != plan_step["tool"] and tool != _SAME_EFFECT.get(plan_step["tool"]):
         return False
     text = json.dumps(arguments, ensure_ascii=False)
     return all(m in text for m in plan_step.get("match", []))

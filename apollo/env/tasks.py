@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,17 @@ def default_suite_root() -> Path:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One benchmark task. ``task_dir`` is the folder holding ``task.yaml``."""
+    """One benchmark task. ``task_dir`` is the folder holding ``task/task_description.md``.
+
+    Mini-suite tasks (``task.yaml`` layout) leave the optional fields at their defaults; the
+    InnovatorBench adapter (:mod:`apollo.env.innovatorbench`) sets them to point at a real
+    checkout: ``workspace_dir`` (what a sandbox starts from), ``eval_root`` and ``eval_name``
+    (``<eval_root>/<eval_name>/task/evaluation.py``), ``hint_path`` and ``eval_protocol``
+    (``"mini"``: the evaluation is loaded from its file and gets ``eval_workspace =
+    evaluations/<task>``; ``"innovatorbench"``: it is imported as the package
+    ``evaluations.<task>.task.evaluation`` and gets ``eval_workspace = evaluations``, as
+    ResearchGym does). ``extra`` carries source metadata (computer pool, conda env, ...).
+    """
 
     task_id: str
     split: str
@@ -43,6 +54,12 @@ class TaskSpec:
     max_evals: int = 3
     max_steps: int = 30
     max_wall_s: float = 600.0
+    workspace_dir: Path | None = None
+    eval_root: Path | None = None
+    eval_name: str | None = None
+    hint_path: Path | None = None
+    eval_protocol: str = "mini"
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def description(self) -> str:
@@ -52,16 +69,17 @@ class TaskSpec:
     @property
     def eval_dir(self) -> Path:
         """Hidden ``evaluations/<task_id>/`` folder (evaluation code, test data, reference plan)."""
-        return self.task_dir / "evaluations" / self.task_id
+        root = self.eval_root if self.eval_root is not None else self.task_dir / "evaluations"
+        return root / (self.eval_name or self.task_id)
 
     @property
     def workspace_template(self) -> Path:
-        """The ``workspace/`` folder copied into every sandbox."""
-        return self.task_dir / "workspace"
+        """The folder copied into every sandbox (``workspace/`` in the mini layout)."""
+        return self.workspace_dir if self.workspace_dir is not None else self.task_dir / "workspace"
 
     @property
     def hint(self) -> str:
-        p = self.task_dir / "hint.md"
+        p = self.hint_path if self.hint_path is not None else self.task_dir / "hint.md"
         return p.read_text(encoding="utf-8") if p.is_file() else ""
 
 

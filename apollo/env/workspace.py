@@ -86,6 +86,12 @@ def minimal_env(home: Path, bin_dir: Path | None = None) -> dict[str, str]:
 
 def _run_evaluation(task: TaskSpec, workspace_path: Path, timeout_s: float) -> tuple[list[dict[str, Any]] | None, str]:
     """Run the hidden evaluation in a subprocess; (results, error message)."""
+    if task.eval_protocol == "innovatorbench":
+        from apollo.env.innovatorbench import run_evaluation
+
+        return run_evaluation(task, Path(workspace_path), timeout_s)
+    if task.eval_protocol != "mini":
+        return None, f"task {task.task_id}: unknown evaluation protocol {task.eval_protocol!r}"
     eval_dir = task.eval_dir.resolve()
     if not (eval_dir / "task" / "evaluation.py").is_file():
         return None, f"task {task.task_id} has no evaluation"

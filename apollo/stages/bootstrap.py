@@ -22,12 +22,17 @@ from apollo.schema import Trajectory, atomic_write_text
 log = logging.getLogger(__name__)
 
 
-def demo_instances(per_family: int, seed: int):
+def demo_instances(per_family: int, seed: int, families: list[str] | None = None):
     from apollo.env.families import FAMILIES
     from apollo.env.generate import Instance
 
+    unknown = sorted(set(families or []) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"params.yaml: bootstrap.families: unknown {unknown}; known: {sorted(FAMILIES)}")
     out = []
     for f, mod in FAMILIES.items():
+        if families and f not in families:
+            continue
         prefix = getattr(mod, "PREFIX", f[:2])
         out += [Instance(f"{prefix}-demo-{k:03d}", f, "train", 50_000 + seed * 1000 + k) for k in range(per_family)]
     return out
@@ -44,7 +49,7 @@ def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Tra
     from apollo.stages.common import RolloutJob, episode, run_jobs
 
     suite = workdir / "suite"
-    generate_suite(suite, demo_instances(int(p.get("demo_tasks_per_family", 8)), seed))
+    generate_suite(suite, demo_instances(int(p.get("demo_tasks_per_family", 8)), seed, p.get("families")))
     tasks = {t.task_id: t for t in list_tasks(suite_root=suite)}
     store_path = workdir / "guidance.sqlite"
     store = GuidanceStore(store_path)

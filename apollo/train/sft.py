@@ -255,9 +255,9 @@ def train_sft(
     ``loss`` (mean over trained tokens since the previous log), ``lr``, ``grad_norm``,
     ``tokens_per_s`` (non-padding tokens), ``trained_tokens`` (cumulative), ``elapsed_s``.
 
-    Returns: ``steps`` (done), ``planned_steps``, ``stopped_early`` (``time_budget_s`` hit), ``epochs``, ``first_loss``, ``final_loss`` (last log window), ``last_epoch_loss``,
-    ``tokens``, ``trained_tokens``, ``seconds``, ``tokens_per_s``, ``rows``, ``history`` (the logs),
-    ``config``.
+    Returns: ``steps`` (done), ``planned_steps``, ``stopped_early`` (``time_budget_s`` hit),
+    ``epochs``, ``first_loss``, ``final_loss`` (last log window), ``last_epoch_loss``, ``tokens``,
+    ``trained_tokens``, ``seconds``, ``tokens_per_s``, ``rows``, ``history`` (the logs), ``config``.
     """
     if not examples:
         raise ValueError("no training examples")
@@ -303,7 +303,7 @@ def train_sft(
     t0 = time.perf_counter()
     t_log, tok_log = t0, 0
     epoch = 0
-    bar = tqdm(total=total_steps, desc="sft", disable=not cfg.progress, dynamic_ncols=True)
+    bar = tqdm(total=total_steps, desc="sft", disable=not cfg.progress, dynamic_ncols=True, mininterval=2.0)
     stopped_early = False
     done = 0
     for step in range(total_steps):
@@ -317,7 +317,7 @@ def train_sft(
         for b in batches:
             b = {k: (v.to(device) if v is not None else None) for k, v in b.items()}
             with autocast:
-                loss_sum, n = token_losses(model, b)
+                loss_sum, _ = token_losses(model, b)
             engine.backward(loss_sum / max(1, n_step))
             step_loss += float(loss_sum.detach())
         engine.step()

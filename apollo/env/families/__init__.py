@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from apollo.env.families import data_filtering, loss_design
+from apollo.env.families import (
+    data_augmentation,
+    data_construction,
+    data_filtering,
+    loss_design,
+    reward_design,
+    scaffold_construction,
+)
 
-FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (data_filtering, loss_design)}
+FAMILIES: dict[str, ModuleType] = {
+    m.FAMILY: m
+    for m in (data_construction, data_filtering, data_augmentation, loss_design, reward_design, scaffold_construction)
+}
 
 __all__ = ["FAMILIES"]
