@@ -1,4 +1,5 @@
-"""Command line: ``apollo stage <name>``, ``apollo bench list``, ``apollo mask explain``, ``apollo results``.
+"""Command line: ``apollo stage <name>``, ``apollo bench list``, ``apollo mask explain``, ``apollo serve``,
+``apollo results``.
 
 ``dvc repro`` runs the stages through this CLI; the Prefect flow runs the same stage functions.
 """
@@ -75,6 +76,12 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from apollo.guidance.service import cli_serve
+
+    return cli_serve(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="apollo", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -93,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("file", nargs="?", default="data/masked/train.jsonl")
     me.add_argument("trajectory", nargs="?", default=None, help="trajectory id (prefix); default: all")
     me.set_defaults(fn=cmd_mask_explain)
+    sv = sub.add_parser("serve", help="the guidance service and annotator UI (or --new-token to add a token)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--db", default=None, help="store: SQLite file or SQLAlchemy URL "
+                    "(default $APOLLO_GUIDANCE_DB or data/store/guidance.sqlite)")
+    sv.add_argument("--tokens", default=None, help="token file (default $APOLLO_TOKEN_FILE or data/store/tokens.json)")
+    sv.add_argument("--new-token", metavar="ROLE[:NAME]", default=None,
+                    help="add a token (role viewer|annotator|agent) to the token file, print it once and exit")
+    sv.add_argument("--log-level", default="info")
+    sv.add_argument("--no-access-log", action="store_true")
+    sv.set_defaults(fn=cmd_serve)
     r = sub.add_parser("results", help="print the results table of the last pipeline run")
     r.add_argument("--file", default="data/report/results.md")
     r.set_defaults(fn=cmd_results)

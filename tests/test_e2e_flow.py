@@ -1,6 +1,8 @@
 """A short end-to-end run of the real Prefect flow over the real dvc.yaml, in a copy of the project.
 
-Small params (micro model, one task per split, few steps) keep it to a couple of minutes. Checks:
+Small params (micro model, one task per split, few steps) keep it to a couple of minutes. Rollouts
+use the ``scripted`` backend (noisy expert demonstrations), so the tiny untrained policy still
+yields trainable actions; evaluation runs the real HF policies. Checks:
 every stage ran and was committed (``dvc status`` clean), MLflow holds one parent run with a child
 per stage, the results table exists; a second run runs no stage.
 """
@@ -24,10 +26,9 @@ SMALL = {
     "bootstrap": {"preset": "micro", "vocab_size": 800, "families": ["data_filtering"],
                   "demo_tasks_per_family": 2, "demos_per_task": 1, "noise": 0.0, "max_steps": 8, "workers": 2,
                   "annotator": {"delay_s": 0.1},
-                  # memorize two clean demonstrations: the micro model then emits valid actions
-                  "sft": {"lr": 0.01, "min_lr": 0.002, "warmup_steps": 5, "max_steps": 120, "micro_batch_size": 1,
+                  "sft": {"lr": 0.01, "min_lr": 0.002, "warmup_steps": 5, "max_steps": 30, "micro_batch_size": 1,
                           "grad_accum": 1, "max_length": 2048, "progress": False}},
-    "rollout": {"engine": "hf", "temperature": 0.0, "max_new_tokens": 64, "samples_per_task": 1, "max_steps": 3,
+    "rollout": {"engine": "scripted", "noise": 0.5, "samples_per_task": 1, "max_steps": 6,
                 "context_tokens": 2000, "workers": 1, "tasks": ["df-train-01"],
                 "annotator": {"delay_s": 0.0, "poll_s": 0.05}},
     "mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.0, "max_kept_fraction": 1.0},

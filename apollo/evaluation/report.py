@@ -99,3 +99,28 @@ def task_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['task_id']} | {r['domain']} | {r['samples']} | {r['final']:.2f} | {r['best']:.2f} | {r['steps']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def action_stats(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+    """How well-formed and how successful the actions were (a signal below the task score)."""
+    trajs = list(trajectories)
+    steps = [s for t in trajs for s in t.steps]
+    n = max(1, len(steps))
+    return {
+        "valid_action_rate": sum(s.action.valid for s in steps) / n,
+        "tool_error_rate": sum(s.observation.error or s.observation.refused for s in steps) / n,
+        "steps_per_trajectory": len(steps) / max(1, len(trajs)),
+        "agent_evals_per_trajectory": sum(sum(not e.forced for e in t.evals) for t in trajs) / max(1, len(trajs)),
+        "finished_rate": sum(t.finish_reason == "finish" for t in trajs) / max(1, len(trajs)),
+    }
+
+
+def action_table(stats: dict[str, dict[str, float]]) -> str:
+    lines = ["| model | valid actions | tool errors | steps / traj | agent evals / traj | called finish |",
+             "|---|---|---|---|---|---|"]
+    for name, s in stats.items():
+        lines.append(
+            f"| {name} | {100 * s['valid_action_rate']:.1f}% | {100 * s['tool_error_rate']:.1f}% | "
+            f"{s['steps_per_trajectory']:.1f} | {s['agent_evals_per_trajectory']:.2f} | {100 * s['finished_rate']:.0f}% |"
+        )
+    return "\n".join(lines)

@@ -1,9 +1,13 @@
 """The simulated annotator: a separate process that watches running trajectories.
 
-It polls the guidance store for new steps of every running trajectory, compares them with the
-task's reference plan (``apollo.env.scripted.check_deviation``) and, when the agent drifts, posts
-guidance that becomes available only after a human-like delay. It never talks to the agent
-directly: the agent picks guidance up at its next step boundary.
+It polls for new steps of every running trajectory, compares them with the task's reference plan
+(``apollo.env.scripted.check_deviation``) and, when the agent drifts, posts guidance that becomes
+available only after a human-like delay. It never talks to the agent directly: the agent picks
+guidance up at its next step boundary.
+
+It reads and writes through either the guidance store itself (a file path or database URL: the
+pipeline's default, no server needed) or the guidance service's HTTP API, exactly like a human
+annotator's browser (an ``http(s)://`` URL and an annotator token), see :func:`open_source`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from apollo.guidance.store import GuidanceStore
+
+Source = Any  # GuidanceStore or apollo.guidance.client.AnnotatorClient (same methods, same shapes)
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,17 @@ def decide(task: Any, steps: list[dict[str, Any]], already_sent: list[str], cfg:
     return text
 
 
-def annotate_once(store: GuidanceStore, cfg: AnnotatorConfig, state: dict[str, dict[str, Any]],
+def open_source(target: str | Path, token: str | None = None) -> Source:
+    """The store at a path/database URL, or the service's API at an ``http(s)://`` URL."""
+    t = str(target)
+    if t.startswith(("http://", "https://")):
+        from apollo.guidance.client import AnnotatorClient
+
+        return AnnotatorClient(t, token)
+    return GuidanceStore(t)
+
+
+def annotate_once(store: Source, cfg: AnnotatorConfig, state: dict[str, dict[str, Any]],
                   suite_root: Path | None = None) -> int:
     """One polling pass over the running trajectories; returns how many messages were posted."""
     from apollo.env.tasks import load_task
@@ -66,8 +82,9 @@ def annotate_once(store: GuidanceStore, cfg: AnnotatorConfig, state: dict[str, d
     return posted
 
 
-def _annotator_main(store_path: str, stop: Any, cfg: AnnotatorConfig, suite_root: str | None) -> None:
-    store = GuidanceStore(store_path)
+def _annotator_main(target: str, stop: Any, cfg: AnnotatorConfig, suite_root: str | None,
+                    token: str | None = None) -> None:
+    store = open_source(target, token)
     state: dict[str, dict[str, Any]] = {}
     root = Path(suite_root) if suite_root else None
     while not stop.is_set():
@@ -79,16 +96,20 @@ def _annotator_main(store_path: str, stop: Any, cfg: AnnotatorConfig, suite_root
 
 
 class AnnotatorProcess:
-    """Context manager running the simulated annotator in its own process."""
+    """Context manager running the simulated annotator in its own process.
 
-    def __init__(self, store_path: str | Path, cfg: AnnotatorConfig | None = None,
-                 suite_root: str | Path | None = None):
+    ``target``: the store (path or database URL) or the service (``http://…``; ``token`` is an
+    annotator token, default ``$APOLLO_ANNOTATOR_TOKEN``).
+    """
+
+    def __init__(self, target: str | Path, cfg: AnnotatorConfig | None = None,
+                 suite_root: str | Path | None = None, *, token: str | None = None):
         ctx = mp.get_context("spawn")
         self._stop = ctx.Event()
         self._proc = ctx.Process(
             target=_annotator_main,
-            args=(str(store_path), self._stop, cfg or AnnotatorConfig(),
-                  str(suite_root) if suite_root else None),
+            args=(str(target), self._stop, cfg or AnnotatorConfig(),
+                  str(suite_root) if suite_root else None, token),
             daemon=True,
             name="simulated-annotator",
         )

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from apollo.config import Paths, section
-from apollo.evaluation.report import markdown_table, per_task, summarize, task_table
+from apollo.evaluation.report import action_stats, action_table, markdown_table, per_task, summarize, task_table
 from apollo.schema import Trajectory, atomic_write_text, write_trajectories
 from apollo.stages.common import RolloutJob, agent_config, episode, run_jobs
 
@@ -51,15 +51,18 @@ def finalize(trajs: list[Trajectory], variant: str, paths: Paths | None = None) 
     trajs = sorted(trajs, key=lambda t: t.trajectory_id)
     rows = per_task(trajs)
     summary = summarize(rows)
+    summary["actions"] = action_stats(trajs)
     out = paths.eval(variant)
     write_trajectories(out / "trajectories.jsonl", trajs)
     atomic_write_text(out / "results.json", json.dumps(
         {"variant": variant, "tasks": rows, **summary}, indent=2) + "\n")
-    atomic_write_text(out / "table.md", markdown_table({variant: summary}) + "\n\n" + task_table(rows) + "\n")
+    atomic_write_text(out / "table.md", markdown_table({variant: summary}) + "\n\n"
+                      + action_table({variant: summary["actions"]}) + "\n\n" + task_table(rows) + "\n")
     metrics: dict[str, float] = {
         "eval.weighted_final": summary["weighted"]["final"],
         "eval.weighted_best": summary["weighted"]["best"],
     }
+    metrics.update({f"eval.actions.{k}": v for k, v in summary["actions"].items()})
     for d, v in summary["domains"].items():
         metrics[f"eval.{d}.final"] = v["final"]
         metrics[f"eval.{d}.best"] = v["best"]

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from apollo.config import Paths, section
-from apollo.evaluation.report import DOMAIN_ABBR, markdown_table
+from apollo.evaluation.report import DOMAIN_ABBR, action_table, markdown_table
 from apollo.schema import atomic_write_text
 
 
@@ -52,12 +52,17 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     summaries = load_summaries(variants, paths)
     table = markdown_table(summaries)
     out = paths.report
-    atomic_write_text(out / "results.md", "# Results on the test tasks\n\n" + table + "\n")
+    actions = action_table({v: s.get("actions", {}) for v, s in summaries.items() if s.get("actions")})
+    atomic_write_text(out / "results.md", "# Results on the test tasks\n\n" + table + "\n\n## Action quality\n\n"
+                      + actions + "\n")
     atomic_write_text(out / "results.json", json.dumps(
-        {v: {"weighted": s["weighted"], "domains": s["domains"]} for v, s in summaries.items()}, indent=2) + "\n")
+        {v: {"weighted": s["weighted"], "domains": s["domains"], "actions": s.get("actions", {})}
+         for v, s in summaries.items()}, indent=2) + "\n")
     plot(summaries, out / "scores.png")
     metrics = {f"report.{v}.weighted_final": s["weighted"]["final"] for v, s in summaries.items()}
     metrics.update({f"report.{v}.weighted_best": s["weighted"]["best"] for v, s in summaries.items()})
+    metrics.update({f"report.{v}.valid_action_rate": s["actions"]["valid_action_rate"]
+                    for v, s in summaries.items() if s.get("actions")})
     if tracker is not None:
         tracker.log_metrics(metrics)
         tracker.log_artifact(out / "results.md", "report")

@@ -53,10 +53,15 @@ def run_one(job: RolloutJob, params: dict[str, Any], paths: Paths | None = None)
 
     paths = paths or Paths.default()
     p = section(params, "rollout")
-    model_path = p.get("model") or paths.base_model
-    engine = engine_for(params, model_path, section_name="rollout")
+    task = load_task(job.task_id)
+    if p.get("engine") == "scripted":  # expert demonstrations from the noisy scripted agent
+        from apollo.engines.scripted import ScriptedEngine
+
+        engine = ScriptedEngine(task, noise=float(p.get("noise", 0.3)), seed=job.seed)
+    else:
+        engine = engine_for(params, p.get("model") or paths.base_model, section_name="rollout")
     store = GuidanceStore(paths.guidance_store)
-    return episode(load_task(job.task_id), engine, job, agent_config(p), guidance=store,
+    return episode(task, engine, job, agent_config(p), guidance=store,
                    meta={"stage": "rollout", "sample": job.sample})
 
 

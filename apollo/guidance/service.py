@@ -1,0 +1,464 @@
+"""The guidance service (``apollo serve``): FastAPI over the guidance store, plus the annotator UI.
+
+Rollout workers (role ``agent``) register trajectories and stream steps/records to it; annotators
+(role ``annotator``) read them and post guidance; viewers read. See :mod:`apollo.guidance.auth` for
+the tokens, :mod:`apollo.guidance.client` for the clients and ``apollo/guidance/web/`` for the UI.
+
+Endpoints (all under ``/api`` need a token; 401 without one, 403 with the wrong role)::
+
+    GET    /healthz                                      liveness (no token)
+    POST   /api/session                                  log in: token → HttpOnly cookie (UI)
+    GET    /api/session      DELETE /api/session         who am I / log out
+    GET    /api/trajectories?status=running|all          rollouts: task, step, elapsed, latest score
+    GET    /api/trajectories/{tid}                       one rollout
+    GET    /api/trajectories/{tid}/steps?since=&q=&full=  steps (q: keyword search)
+    GET    /api/trajectories/{tid}/steps/{i}             one step in full (model text, observation, guidance)
+    GET    /api/trajectories/{tid}/steps/{i}/context     the context window the model saw at step i
+    GET    /api/trajectories/{tid}/records?kind=         terminal output, file diffs, search logs
+    GET    /api/trajectories/{tid}/guidance              guidance history (pending/delivered/acknowledged)
+    GET    /api/guidance?status=                         all guidance
+    GET    /api/events?trajectory_id=&since=             live feed (Server-Sent Events, Last-Event-ID)
+    POST   /api/trajectories/{tid}/guidance              annotator: send guidance (idempotent by guidance_id)
+    POST   /api/agent/sync                               agent: ordered batch of ops + poll of pending guidance
+    POST   /api/trajectories                             agent: register / resume
+    PUT    /api/trajectories/{tid}/steps/{i}             agent: post a step (acknowledges its guidance)
+    POST   /api/trajectories/{tid}/take                  agent: take due guidance at a step (synchronous)
+    POST   /api/trajectories/{tid}/deliver               agent: confirm guidance injected at a step
+    POST   /api/trajectories/{tid}/records               agent: post a terminal/file/search record
+    POST   /api/trajectories/{tid}/end                   agent: the trajectory is over
+
+The live feed reads the store's ``events`` table (one poller per app, fan-out to the streams), so
+it also shows what other processes write to the same database (the rollout stage writing to the
+store directly) and resumes after a service restart from the browser's ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from apollo.guidance.auth import AGENT_ROLES, GUIDANCE_ROLES, READ_ROLES, Principal, TokenRegistry
+from apollo.guidance.store import GuidanceStore, StoreError
+
+log = logging.getLogger(__name__)
+WEB_DIR = Path(__file__).parent / "web"
+COOKIE = "apollo_session"
+UI_HEADER = "x-apollo-ui"  # cookie-authenticated writes must carry it (CSRF: a form cannot set headers)
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+GUIDANCE_ID = r"^[A-Za-z0-9_.:-]{8,64}$"
+
+
+# --- request bodies -------------------------------------------------------------------------------
+class LoginIn(BaseModel):
+    token: str | None = None
+
+
+class GuidanceIn(BaseModel):
+    text: str = Field(min_length=1, max_length=20_000)
+    guidance_id: str | None = Field(default=None, pattern=GUIDANCE_ID)
+    delay_s: float = Field(default=0.0, ge=0.0, le=86_400.0)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class RegisterIn(BaseModel):
+    trajectory_id: str = Field(min_length=1, max_length=255)
+    task_id: str = Field(min_length=1, max_length=255)
+    meta: dict[str, Any] = Field(default_factory=dict)
+    session: str | None = Field(default=None, max_length=64)
+
+
+class StepIn(BaseModel):
+    tool: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    observation: str = ""
+    assistant_text: str = ""
+    detail: dict[str, Any] = Field(default_factory=dict)
+    guidance_ids: list[str] | None = None
+    session: str | None = None
+
+
+class TakeIn(BaseModel):
+    step_index: int = Field(ge=0)
+
+
+class DeliverIn(BaseModel):
+    step_index: int = Field(ge=0)
+    guidance_ids: list[str]
+    delivered_at: float | None = None
+    session: str | None = None
+
+
+class RecordIn(BaseModel):
+    kind: str = Field(pattern=r"^(terminal|file|search)$")
+    data: dict[str, Any]
+    step_index: int | None = None
+    key: str | None = Field(default=None, max_length=200)
+    ref: str = ""
+    session: str | None = None
+
+
+class EndIn(BaseModel):
+    status: str = Field(default="finished", max_length=32)
+    final_score: float | None = None
+    session: str | None = None
+
+
+class SyncIn(BaseModel):
+    ops: list[dict[str, Any]] = Field(default_factory=list, max_length=2000)
+    poll: list[str] = Field(default_factory=list, max_length=2000)
+
+
+# --- live feed -------------------------------------------------------------------------------------
+class EventHub:
+    """One poller of the store's event head per app; streams wait on it instead of polling."""
+
+    def __init__(self, store: GuidanceStore, poll_s: float = 0.2):
+        self.store, self.poll_s = store, poll_s
+        self.head = 0
+        self._cond: asyncio.Condition | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._cond = asyncio.Condition()
+        self.head = await run_in_threadpool(self.store.last_event_id)
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _run(self) -> None:
+        assert self._cond is not None
+        while True:
+            try:
+                head = await run_in_threadpool(self.store.last_event_id)
+                if head != self.head:
+                    self.head = head
+                    async with self._cond:
+                        self._cond.notify_all()
+            except Exception:  # a locked or briefly unreachable database: try again
+                log.warning("event poll failed", exc_info=True)
+            await asyncio.sleep(self.poll_s)
+
+    async def wait(self, after: int, timeout: float) -> bool:
+        assert self._cond is not None
+        async with self._cond:
+            try:
+                await asyncio.wait_for(self._cond.wait_for(lambda: self.head > after), timeout)
+                return True
+            except TimeoutError:
+                return False
+
+
+def _sse(event_id: int, kind: str, data: dict[str, Any]) -> str:
+    return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+# --- the app ---------------------------------------------------------------------------------------
+def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, event_poll_s: float = 0.2) -> FastAPI:
+    store = store if isinstance(store, GuidanceStore) else GuidanceStore(store)
+    hub = EventHub(store, event_poll_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await hub.start()
+        yield
+        await hub.stop()
+
+    app = FastAPI(title="Apollo guidance service", lifespan=lifespan, docs_url="/api/docs",
+                  openapi_url="/api/openapi.json", redoc_url=None)
+    app.state.store, app.state.tokens, app.state.hub = store, tokens, hub
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        resp = await call_next(request)
+        resp.headers["Content-Security-Policy"] = CSP
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["X-Frame-Options"] = "DENY"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        if request.url.path.startswith("/api"):
+            resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    @app.exception_handler(StoreError)
+    async def store_error(_request: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    def authenticate(request: Request) -> Principal:
+        auth = request.headers.get("authorization") or ""
+        if auth[:7].lower() == "bearer ":
+            token, via = auth[7:].strip(), "bearer"
+        else:
+            token, via = request.cookies.get(COOKIE), "cookie"
+        p = tokens.lookup(token)
+        if p is None:
+            raise HTTPException(401, "a valid token is required", headers={"WWW-Authenticate": "Bearer"})
+        if via == "cookie" and request.method not in ("GET", "HEAD", "OPTIONS") and \
+                request.headers.get(UI_HEADER) != "1":
+            raise HTTPException(403, f"cookie-authenticated writes need the {UI_HEADER} header")
+        return p
+
+    def role(allowed: frozenset[str]) -> Any:
+        def dep(request: Request) -> Principal:
+            p = authenticate(request)
+            if p.role not in allowed:
+                raise HTTPException(403, f"role {p.role!r} may not do this (needs {' or '.join(sorted(allowed))})")
+            return p
+        return Depends(dep)
+
+    reader, annotator, agent = role(READ_ROLES), role(GUIDANCE_ROLES), role(AGENT_ROLES)
+
+    # -- UI and session ---------------------------------------------------------------------------
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+
+    @app.post("/api/session")
+    def login(request: Request, response: Response, body: LoginIn | None = None) -> dict[str, str]:
+        auth = request.headers.get("authorization") or ""
+        token = (body.token if body and body.token else None) or (auth[7:].strip() if auth[:7].lower() == "bearer " else None)
+        p = tokens.lookup(token)
+        if p is None:
+            raise HTTPException(401, "unknown token")
+        if p.role not in READ_ROLES:
+            raise HTTPException(403, "agent tokens cannot open the annotator UI")
+        response.set_cookie(COOKIE, token or "", httponly=True, samesite="strict", max_age=12 * 3600,
+                            secure=request.url.scheme == "https", path="/")
+        return {"name": p.name, "role": p.role}
+
+    @app.get("/api/session")
+    def whoami(p: Principal = reader) -> dict[str, str]:
+        return {"name": p.name, "role": p.role}
+
+    @app.delete("/api/session")
+    def logout(response: Response) -> dict[str, bool]:
+        response.delete_cookie(COOKIE, path="/")
+        return {"ok": True}
+
+    # -- reads ------------------------------------------------------------------------------------
+    def _with_elapsed(t: dict[str, Any]) -> dict[str, Any]:
+        end = t.get("ended_at") or time.time()
+        return {**t, "elapsed_s": max(0.0, end - t["started_at"]), "server_time": time.time()}
+
+    @app.get("/api/trajectories")
+    def list_trajectories(status: str = Query("running", pattern="^(running|all|finished|error)$"),
+                          _p: Principal = reader) -> list[dict[str, Any]]:
+        rows = store.trajectories(None if status == "all" else status)
+        out = []
+        for t in rows:
+            meta = t.pop("meta", {}) or {}
+            t["domain"] = meta.get("domain")
+            t["max_steps"] = meta.get("max_steps")
+            t["policy_id"] = meta.get("policy_id")
+            out.append(_with_elapsed(t))
+        return out
+
+    @app.get("/api/trajectories/{tid}")
+    def get_trajectory(tid: str, _p: Principal = reader) -> dict[str, Any]:
+        t = store.trajectory(tid)
+        meta = t.get("meta") or {}
+        t["meta"] = {k: v for k, v in meta.items() if k != "prefix_messages"}
+        t["task_text"] = next((m.get("content") for m in meta.get("prefix_messages") or []
+                               if isinstance(m, dict) and m.get("role") == "user"), None)
+        return _with_elapsed(t)
+
+    @app.get("/api/trajectories/{tid}/steps")
+    def get_steps(tid: str, since: int = 0, q: str | None = Query(None, max_length=200), full: bool = False,
+                  _p: Principal = reader) -> list[dict[str, Any]]:
+        rows = store.steps(tid, since, full=full, query=q or None)
+        for r in rows:  # an agent-reported context window is served by .../context only
+            if isinstance(r.get("detail"), dict) and "context" in r["detail"]:
+                r["detail"] = {k: v for k, v in r["detail"].items() if k != "context"}
+                r["detail"]["context_reported"] = True
+        return rows
+
+    @app.get("/api/trajectories/{tid}/steps/{i}")
+    def get_step(tid: str, i: int, _p: Principal = reader) -> dict[str, Any]:
+        s = store.step(tid, i)
+        s["guidance"] = [g for g in store.guidance(tid) if g["delivered_step"] == i and g["status"] == "delivered"]
+        return s
+
+    @app.get("/api/trajectories/{tid}/steps/{i}/context")
+    def get_context(tid: str, i: int, _p: Principal = reader) -> dict[str, Any]:
+        return store.context(tid, i)
+
+    @app.get("/api/trajectories/{tid}/records")
+    def get_records(tid: str, kind: str | None = Query(None, pattern="^(terminal|file|search)$"), since_id: int = 0,
+                    _p: Principal = reader) -> list[dict[str, Any]]:
+        return store.records(tid, kind, since_id)
+
+    @app.get("/api/trajectories/{tid}/guidance")
+    def get_guidance(tid: str, _p: Principal = reader) -> list[dict[str, Any]]:
+        return store.guidance(tid)
+
+    @app.get("/api/guidance")
+    def all_guidance(status: str | None = Query(None, pattern="^(pending|delivered)$"),
+                     _p: Principal = reader) -> list[dict[str, Any]]:
+        return store.guidance(None, status)
+
+    @app.get("/api/events")
+    async def events(request: Request, trajectory_id: str | None = None, since: int | None = None,
+                     _p: Principal = reader) -> StreamingResponse:
+        last_id = request.headers.get("last-event-id")
+        start = since if since is not None else (int(last_id) if last_id and last_id.isdigit() else hub.head)
+
+        async def stream() -> AsyncIterator[str]:
+            last = start
+            yield f"retry: 1500\nid: {last}\nevent: hello\ndata: {json.dumps({'head': hub.head})}\n\n"
+            while not await request.is_disconnected():
+                head = hub.head
+                if head > last:
+                    evs = await run_in_threadpool(store.events, last, trajectory_id, 500)
+                    evs = [e for e in evs if e["id"] <= head]
+                    for e in evs:
+                        yield _sse(e["id"], e["kind"], {"id": e["id"], "trajectory_id": e["trajectory_id"],
+                                                         "kind": e["kind"], "at": e["created_at"], **e["data"]})
+                    last = evs[-1]["id"] if len(evs) >= 500 else head
+                    if trajectory_id and not evs:
+                        yield f"id: {last}\n\n"  # move the browser's Last-Event-ID past filtered events
+                    continue
+                if not await hub.wait(last, 15.0):
+                    yield ": keep-alive\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    # -- annotator writes -------------------------------------------------------------------------
+    @app.post("/api/trajectories/{tid}/guidance", status_code=201)
+    def post_guidance(tid: str, body: GuidanceIn, response: Response, p: Principal = annotator) -> dict[str, Any]:
+        t = store.trajectory(tid)  # 404 for an unknown trajectory
+        if t["status"] != "running":
+            old = store.guidance_by_id(body.guidance_id) if body.guidance_id else None
+            if old is None or old["trajectory_id"] != tid:
+                raise HTTPException(409, f"trajectory {tid} is {t['status']}: guidance would never be delivered")
+            response.status_code = 200  # a retry of a message accepted while it was running
+            return old
+        row = store.add_guidance(tid, body.text, author=p.name, delay_s=body.delay_s, meta=body.meta,
+                                 guidance_id=body.guidance_id)
+        if not row.pop("created"):
+            response.status_code = 200  # a retry of an accepted message
+        return row
+
+    # -- agent writes -----------------------------------------------------------------------------
+    @app.post("/api/agent/sync")
+    def agent_sync(body: SyncIn, _p: Principal = agent) -> dict[str, Any]:
+        results = store.apply_ops(body.ops) if body.ops else []
+        return {"results": results, "pending": store.pending(body.poll) if body.poll else {},
+                "server_time": time.time()}
+
+    @app.post("/api/trajectories", status_code=201)
+    def register(body: RegisterIn, _p: Principal = agent) -> dict[str, Any]:
+        return store.register(body.trajectory_id, body.task_id, meta=body.meta, session=body.session)
+
+    @app.put("/api/trajectories/{tid}/steps/{i}")
+    def put_step(tid: str, i: int, body: StepIn, _p: Principal = agent) -> dict[str, Any]:
+        return store.post_step(tid, i, body.tool, body.arguments, body.observation,
+                               assistant_text=body.assistant_text, detail=body.detail,
+                               guidance_ids=body.guidance_ids, session=body.session)
+
+    @app.post("/api/trajectories/{tid}/take")
+    def take(tid: str, body: TakeIn, _p: Principal = agent) -> list[dict[str, Any]]:
+        return [g.model_dump() for g in store.take_pending(tid, body.step_index)]
+
+    @app.post("/api/trajectories/{tid}/deliver")
+    def deliver(tid: str, body: DeliverIn, _p: Principal = agent) -> list[dict[str, Any]]:
+        return store.deliver(tid, body.step_index, body.guidance_ids, body.delivered_at, body.session)
+
+    @app.post("/api/trajectories/{tid}/records", status_code=201)
+    def post_record(tid: str, body: RecordIn, _p: Principal = agent) -> dict[str, int]:
+        return {"created": store.post_record(tid, body.kind, body.data, step_index=body.step_index,
+                                             key=body.key, ref=body.ref, session=body.session)}
+
+    @app.post("/api/trajectories/{tid}/end")
+    def end(tid: str, body: EndIn, _p: Principal = agent) -> dict[str, bool]:
+        store.end(tid, body.status, final_score=body.final_score, session=body.session)
+        return {"ok": True}
+
+    return app
+
+
+# --- running it ------------------------------------------------------------------------------------
+def _uvicorn_config(app: FastAPI, host: str, port: int, log_level: str, access_log: bool) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                          timeout_graceful_shutdown=3, lifespan="on", ws="none")
+
+
+@contextlib.contextmanager
+def serve_in_thread(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, host: str = "127.0.0.1",
+                    port: int = 0, log_level: str = "warning") -> Iterator[str]:
+    """Run the service in a background thread of this process; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(_uvicorn_config(create_app(store, tokens), host, port, log_level, False))
+    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="guidance-service")
+    th.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not th.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the guidance service did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        th.join(timeout=10)
+        sock.close()
+
+
+def cli_serve(args: Any) -> int:
+    """``apollo serve``: run the service, or add a token to the token file."""
+    from apollo.config import Paths
+    from apollo.guidance.auth import create_token
+
+    paths = Paths.default()
+    token_file = Path(args.tokens or os.environ.get("APOLLO_TOKEN_FILE") or paths.data / "store" / "tokens.json")
+    if args.new_token:
+        role, _, name = args.new_token.partition(":")
+        tok = create_token(token_file, role, name or None)
+        print(tok)  # shown once; only its digest is kept
+        print(f"# {role} token added to {token_file}", flush=True)
+        return 0
+    db = args.db or os.environ.get("APOLLO_GUIDANCE_DB") or str(paths.guidance_store)
+    tokens = TokenRegistry(token_file=token_file)
+    if not len(tokens):
+        print(f"apollo serve: no tokens. Set APOLLO_ANNOTATOR_TOKEN / APOLLO_VIEWER_TOKEN / APOLLO_AGENT_TOKEN, "
+              f"or create one: apollo serve --new-token annotator:alice (writes {token_file})", flush=True)
+        return 2
+    import uvicorn
+
+    store = GuidanceStore(db)
+    app = create_app(store, tokens)
+    log.info("guidance service on http://%s:%d (store %s, %d tokens)", args.host, args.port,
+             store.url.split("@")[-1], len(tokens))
+    uvicorn.Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log)).run()
+    return 0

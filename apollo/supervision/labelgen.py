@@ -1,0 +1,502 @@
+"""Regenerate the hand-labeled action set (``tests/fixtures/labeled_actions*.jsonl``).
+
+Each scenario below is a trajectory shaped like the scripted agent's (same plan steps, thoughts
+and mistake kinds as :mod:`apollo.env.scripted`, plus the kinds a real LLM agent adds: vLLM
+ignored, forbidden edits, wasted waits). The actions are executed in a real
+:class:`~apollo.env.workspace.Workspace`, so every observation, exit code, refusal and eval score
+is what the tools produce. The **labels are written by hand** next to each action (``K`` keep,
+``D(categories…, rule=…)`` drop) — they say what a careful reviewer decides, not what the
+detectors say; ``expect`` strings assert that the run produced the situation the label assumes
+(e.g. the job really was still running).
+
+    python -m apollo.supervision.labelgen [--out tests/fixtures]
+
+writes ``labeled_actions_trajectories.jsonl`` (plain trajectory records: ``apollo mask explain``
+reads them) and ``labeled_actions.jsonl`` (one row per action: trajectory id, step, keep,
+categories, symbolic rule id, note).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apollo.agent.actions import format_action, parse_action
+from apollo.agent.prompt import initial_messages
+from apollo.schema import EvalRecord, Guidance, Observation, Step, Trajectory, atomic_write_text
+
+
+@dataclass
+class Label:
+    keep: bool
+    categories: tuple[str, ...] = ()
+    rule: str | None = None
+    note: str = ""
+
+
+K = Label(True)
+
+
+def D(*categories: str, rule: str | None = None, note: str = "") -> Label:
+    return Label(False, tuple(categories), rule, note)
+
+
+@dataclass
+class A:
+    """One action: thought + tool call (or a raw response), its label, and what the run must show."""
+
+    thought: str
+    tool: str | None
+    arguments: dict[str, Any]
+    label: Label
+    expect: str | None = None  # a substring the observation must contain
+    raw: str | None = None  # a raw assistant response instead of a formatted tool call
+
+
+def R(raw: str, label: Label) -> A:
+    return A("", None, {}, label, raw=raw)
+
+
+@dataclass
+class G:
+    """Guidance delivered before the next action."""
+
+    text: str
+
+
+@dataclass
+class Scenario:
+    id: str
+    task: str
+    items: list[A | G]
+    workspace: dict[str, Any] = field(default_factory=dict)  # Workspace kwargs (e.g. command_timeout_s)
+
+
+# --- synthetic LLM-inference tasks (not in the mini suite: no hidden eval, no reference plan) ------
+_GEN_SCRIPT = '''"""Answer each prompt with the teacher model; write one JSON line per prompt."""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+BACKENDS = {backends}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0])
+    ap.add_argument("--batch-size", type=int, default=1)
+    args = ap.parse_args()
+    prompts = [json.loads(ln) for ln in Path(args.prompts).read_text().splitlines() if ln.strip()]
+    t0 = time.time()
+    # the teacher is simulated here: per-call latency of sequential HF generate vs. batched vLLM
+    time.sleep(0.08 * len(prompts) if args.backend == "hf" else 0.3)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps({{"id": p["id"], "prompt": p["prompt"], "answer": "..."}}) + "\\n"
+                           for p in prompts))
+    dt = time.time() - t0
+    print(f"backend={{args.backend}}: {{len(prompts)}} prompts in {{dt:.1f}} s "
+          f"({{len(prompts) / dt:.1f}} prompts/s) -> {{out}}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+_GEN_DESC = """# Distill a teacher into an instruction-tuning set
+## Motivation
+A small student model learns to follow instructions from a stronger teacher's answers.
+## Task
+Answer the 40 prompts in data/prompts.jsonl with the teacher in models/teacher and write them to output/sft.jsonl.
+## Data
+data/prompts.jsonl: 40 records {{id, prompt}}.
+## Constraint
+One answer per prompt, same order.
+## Evaluation
+A judge scores answer quality 0-100. At most 3 evals.
+## Environment
+{environment}
+## Scripts
+scripts/generate.py --model DIR --prompts FILE --output OUT --backend {backends} [--batch-size N]: writes one answer per prompt.
+"""
+
+
+def _synthetic_task(root: Path, task_id: str, vllm: bool):
+    from apollo.env.tasks import TaskSpec
+
+    backends = ["hf", "vllm"] if vllm else ["hf"]
+    env = ("Python 3, one GPU, transformers 4.46 and vLLM 0.6.3 installed." if vllm
+           else "Python 3 with transformers on CPU only (no GPU).")
+    d = root / task_id
+    (d / "task").mkdir(parents=True)
+    (d / "task" / "task_description.md").write_text(
+        _GEN_DESC.format(environment=env, backends="|".join(backends)))
+    ws = d / "workspace"
+    (ws / "scripts").mkdir(parents=True)
+    (ws / "data").mkdir()
+    (ws / "models" / "teacher").mkdir(parents=True)
+    (ws / "models" / "teacher" / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"]}\n')
+    (ws / "scripts" / "generate.py").write_text(_GEN_SCRIPT.format(backends=repr(backends)))
+    (ws / "data" / "prompts.jsonl").write_text(
+        "".join(json.dumps({"id": i, "prompt": f"Explain concept {i} in two sentences."}) + "\n" for i in range(40)))
+    return TaskSpec(task_id=task_id, split="train", domain="data_construction", family="data_construction",
+                    task_dir=d)
+
+
+# --- the scenarios ---------------------------------------------------------------------------------
+FILTER = "python scripts/filter.py --input data/corpus.jsonl --output output/filtered.jsonl --min-quality 0.45"
+LD_TRAIN = "python scripts/train.py --config config.json"
+RD_TRAIN = "python scripts/train_agent.py --config config.json"
+SCAFFOLD = "python scripts/run_scaffold.py --config scaffold.json --questions data/dev.jsonl"
+AUGMENT = ("python scripts/augment.py --input data/churn_train.jsonl --output output/augmented.jsonl "
+           "--method random --ratio 1.0 --noise 0.3")
+HUBER = '  "loss": "huber",\n  "delta": 0.5,'
+REWARD = ("GOAL_REWARD = 1.0\nTRAP_REWARD = -1.0\nSTEP_REWARD = -0.02\n"
+          "SHAPING_WEIGHT = 0.3  # times the decrease of the Manhattan distance to the goal")
+ROUTES = ('  "routes": {\n    "compute": "calc",\n    "backwards": "reverse",\n    "sort the letters": "sort",\n'
+          '    "express": "units"\n  },\n  "fallback": "guess",\n  "verify": true,\n  "max_retries": 4')
+GEN = "python scripts/generate.py --model models/teacher --prompts data/prompts.jsonl --output output/sft.jsonl"
+HF_CODE = '''from transformers import AutoModelForCausalLM, AutoTokenizer
+import json
+
+tok = AutoTokenizer.from_pretrained("models/teacher")
+model = AutoModelForCausalLM.from_pretrained("models/teacher")
+with open("output/extra.jsonl", "w") as out:
+    for line in open("data/prompts.jsonl"):
+        p = json.loads(line)
+        ids = tok(p["prompt"], return_tensors="pt").input_ids
+        answer = tok.decode(model.generate(ids, max_new_tokens=256)[0])
+        out.write(json.dumps({"id": p["id"], "answer": answer}) + "\\n")
+'''
+
+SCENARIOS: list[Scenario] = [
+    Scenario("df-ignore-script", "df-train-01", [
+        A("List the workspace files.", "list_files", {"path": "."}, K),
+        A("Keep the first 300 records as a quick filter.", "run_command",
+          {"command": "mkdir -p output && head -n 300 data/corpus.jsonl > output/filtered.jsonl"},
+          D("ignore_script", note="hand-made output; scripts/filter.py exists"), expect="[finished, exit code 0]"),
+        G("Open scripts/filter.py and use it with --min-quality 0.45 instead of writing your own filter."),
+        A("Read the provided filter script.", "open_file", {"path": "scripts/filter.py"}, K),
+        A("Filter with the provided script at quality 0.45.", "run_command", {"command": FILTER}, K, expect="kept "),
+        A("Check validation accuracy on the filtered data.", "run_command",
+          {"command": "python scripts/train.py --data output/filtered.jsonl"}, K, expect="valid_accuracy"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("Evaluate again to be sure.", "eval", {}, D("improper_eval", note="nothing changed since the last eval")),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("ld-blind-edit-early-eval", "ld-train-01", [
+        A("Read the training script and its losses.", "open_file", {"path": "scripts/train.py"}, K),
+        A("Outliers hurt mse; switch to huber with delta 0.5.", "edit_file",
+          {"path": "config.json", "start_line": 3, "end_line": 4, "content": HUBER},
+          D("blind_edit", note="config.json never opened"), expect="Edited config.json"),
+        G("Open config.json and read it before editing it. Then set \"loss\" to \"huber\" and \"delta\" to 0.5 "
+          "in config.json; mse is hurt by the outliers."),
+        A("Read config.json as advised.", "open_file", {"path": "config.json"}, K),
+        A("Start training in the background.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False}, K, expect="Started in background"),
+        A("Check the score now.", "eval", {}, D("improper_eval", note="training still running"), expect="overall_score"),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Read the training log.", "get_session_output", {"session_id": "train"}, K, expect="training finished"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("rd-invalid-actions", "rd-train-01", [
+        A("Read the reward function.", "read_file", {"path": "reward.py"},
+          D("invalid_action", rule="invalid_tool_call"), expect="unknown tool"),
+        A("Read the reward function.", "open_file", {"path": "reward.py"}, K),
+        A("Read the training script.", "open_file", {},
+          D("invalid_action", rule="invalid_tool_call"), expect="needs argument 'path'"),
+        G("Use a listed tool with all its arguments, e.g. open_file(path, line_start=1, line_end=None)."),
+        A("Read the training script.", "open_file", {"path": "scripts/train_agent.py"}, K),
+        R("Sparse reward learns little; add trap penalty, step cost, shaping.\n<tool_call>\n"
+          '{"name": "edit_file", "arguments": {"path": "reward.py", "start_line": 7, "end_line": 10, '
+          '"content": "GOAL_REWARD = 1.0\nTRAP_REWARD = -1.0"}}\n</tool_call>',
+          D("invalid_action", rule="invalid_action", note="raw newline inside a JSON string")),
+        A("Sparse reward learns little; add trap penalty, step cost, shaping.", "edit_file",
+          {"path": "reward.py", "start_line": 7, "end_line": 10, "content": REWARD}, K, expect="Edited reward.py"),
+        A("Start training in the background.", "run_command",
+          {"command": RD_TRAIN, "session_id": "train", "wait_for_completion": False}, K),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        R("", D("invalid_action", rule="invalid_action", note="empty response")),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("sc-symbolic-failures", "sc-train-01", [
+        A("Read the solver tools.", "open_file", {"path": "scripts/solver.py"}, K),
+        A("Check that the scaffold config parses.", "run_command",
+          {"command": "python -c \"import json; print(json.load(open('scaffold.json'))\""},
+          D("compile_error", rule="compile_error"), expect="SyntaxError"),
+        A("Run the scaffold on the dev questions.", "run_command",
+          {"command": "python scripts/run_scaffold.py --config scaffold.json --questions data/dev.json"},
+          D("runtime_error", rule="runtime_error"), expect="Traceback"),
+        A("Look at the dev questions.", "run_command", {"command": "head -n 3 data/dev.json"},
+          D("explicit_failure", rule="explicit_failure"), expect="No such file or directory"),
+        A("Use the flag names I remember.", "run_command", {"command": "python scripts/run_scaffold.py --cfg scaffold.json"},
+          D("runtime_error", rule="nonzero_exit_error"), expect="unrecognized arguments"),
+        A("Stop any stale scaffold run.", "run_command", {"command": "pkill -f run_scaffold"},
+          D("refused_tool_call", rule="refused_tool_call"), expect="Refused"),
+        A("Check the OS version.", "open_file", {"path": "/etc/os-release"},
+          D("refused_tool_call", rule="refused_tool_call"), expect="Refused"),
+        A("Look at the dev questions.", "open_file", {"path": "data/dev.jsonl", "line_start": 1, "line_end": 12}, K),
+        A("Read the current scaffold config.", "open_file", {"path": "scaffold.json"}, K),
+        A("Route each kind to its tool; verify and retry flaky tools.", "edit_file",
+          {"path": "scaffold.json", "start_line": 2, "end_line": 5, "content": ROUTES}, K),
+        A("Check dev accuracy of the new scaffold.", "run_command", {"command": SCAFFOLD}, K, expect="accuracy="),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("da-regression-budget", "da-train-01", [
+        A("List the workspace files.", "list_files", {"path": "."}, K),
+        A("Read the augmentation script.", "open_file", {"path": "scripts/augment.py"}, K),
+        A("Check how imbalanced the raw data is.", "run_command",
+          {"command": "python scripts/train.py --data data/churn_train.jsonl"}, K),
+        A("Oversample the rare class with random.", "run_command", {"command": AUGMENT}, K, expect="synthetic"),
+        A("Check validation balanced accuracy.", "run_command",
+          {"command": "python scripts/train.py --data output/augmented.jsonl"}, K),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("More synthetic records with stronger noise should help further.", "run_command",
+          {"command": AUGMENT.replace("--method random --ratio 1.0 --noise 0.3", "--method random --ratio 6.0 --noise 3.0")},
+          D("performance_regression", note="the next eval scores lower"), expect="synthetic"),
+        A("Check validation balanced accuracy.", "run_command",
+          {"command": "python scripts/train.py --data output/augmented.jsonl"}, K),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The stronger noise hurt; go back to ratio 1.0 and noise 0.3.", "run_command", {"command": AUGMENT}, K),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("Evaluate once more.", "eval", {}, D("improper_eval", "refused_tool_call", rule="refused_tool_call",
+                                                note="budget exhausted, nothing changed"), expect="budget exhausted"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("ld-resource-waste", "ld-train-01", [
+        A("Read the training config.", "open_file", {"path": "config.json"}, K),
+        A("Read the training script and its losses.", "open_file", {"path": "scripts/train.py"}, K),
+        A("Outliers hurt mse; switch to huber with delta 0.5.", "edit_file",
+          {"path": "config.json", "start_line": 3, "end_line": 4, "content": HUBER}, K),
+        A("Start training in the background.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False}, K),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Wait a bit more to be safe.", "sleep", {"seconds": 5},
+          D("resource_waste", note="job already seen finished: idle wait")),
+        A("Read the training log.", "get_session_output", {"session_id": "train"}, K, expect="exit code 0"),
+        A("Train again to confirm the numbers.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False},
+          D("resource_waste", note="identical finished run, nothing changed")),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("rd-foreground-polling", "rd-train-01", [
+        A("Read the reward function.", "open_file", {"path": "reward.py"}, K),
+        A("Read the training config.", "open_file", {"path": "config.json"}, K),
+        A("Sparse reward learns little; add trap penalty, step cost, shaping.", "edit_file",
+          {"path": "reward.py", "start_line": 7, "end_line": 10, "content": REWARD}, K),
+        A("Train twice as long for a better policy.", "edit_file",
+          {"path": "config.json", "start_line": 4, "end_line": 4, "content": '  "episodes": 160,'}, K),
+        A("Train for longer: more chunks.", "edit_file",
+          {"path": "config.json", "start_line": 9, "end_line": 9, "content": '  "chunks": 40,'}, K),
+        A("Train the agent.", "run_command", {"command": RD_TRAIN},
+          D("resource_waste", note="12 s job run in the foreground"), expect="still running in background session"),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "default"}, K, expect="is busy"),
+        A("Check again.", "check_session_idle", {"session_id": "default"},
+          D("resource_waste", note="busy polling without waiting"), expect="is busy"),
+        A("Print the policy stats meanwhile.", "run_command", {"command": "ls -l output"},
+          D("explicit_failure", rule="tool_error", note="session busy"), expect="is busy with"),
+        A("Wait for training to finish.", "sleep", {"seconds": 10}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "default"}, K, expect="is idle"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("dc-early-eval-ignore-script", "dc-train-01", [
+        A("List the workspace files.", "list_files", {"path": "."}, K),
+        A("Read the dataset builder.", "open_file", {"path": "scripts/build_dataset.py"}, K),
+        A("Check the score now.", "eval", {}, D("improper_eval", note="before any change: baseline"), expect="overall_score"),
+        A("Use the literal pairs as the training set.", "run_command",
+          {"command": "mkdir -p output && cp data/raw/pairs.jsonl output/train.jsonl"}, D("ignore_script")),
+        G("Run scripts/build_dataset.py with --expand-templates --per-template 30; the literal pairs alone miss "
+          "most lexicon words."),
+        A("Read the templates.", "open_file", {"path": "data/raw/templates.jsonl"}, K),
+        A("Build with expanded templates as advised.", "run_command",
+          {"command": "python scripts/build_dataset.py --raw data/raw --output output/train.jsonl "
+                      "--expand-templates --per-template 30"}, K, expect="wrote "),
+        A("Check validation accuracy.", "run_command", {"command": "python scripts/train.py --data output/train.jsonl"},
+          K, expect="valid_accuracy"),
+        A("Check validation accuracy again.", "run_command",
+          {"command": "python scripts/train.py --data output/train.jsonl"},
+          D("resource_waste", note="same finished command, nothing changed")),
+        A("Count the built records.", "run_command", {"command": "wc -l output/train.jsonl"}, K),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("llm-gen-vllm-available", "dc-llm-01", [
+        A("List the workspace files.", "list_files", {"path": "."}, K),
+        A("Read the generation script.", "open_file", {"path": "scripts/generate.py"}, K),
+        A("Generate the answers with transformers.", "run_command", {"command": GEN + " --backend hf"},
+          D("inefficient_inference"), expect="backend=hf"),
+        G("Use --backend vllm; it batches the prompts and is much faster than transformers generate."),
+        A("Generate with vLLM as advised.", "run_command", {"command": GEN + " --backend vllm"}, K, expect="backend=vllm"),
+        A("Write my own script for extra answers.", "create_file", {"path": "gen_extra.py", "content": HF_CODE},
+          D("inefficient_inference", "violate_instruction", note="HF generate loop after 'use vllm'")),
+        A("Count the generated answers.", "run_command", {"command": "wc -l output/sft.jsonl"}, K),
+        A("Look at the first answers.", "open_file", {"path": "output/sft.jsonl", "line_start": 1, "line_end": 3}, K),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("llm-gen-cpu-only", "dc-llm-02", [
+        A("Read the generation script.", "open_file", {"path": "scripts/generate.py"}, K),
+        A("Generate the answers with transformers (the only backend here).", "run_command",
+          {"command": GEN + " --backend hf"}, K, expect="backend=hf"),
+        A("Write a script for a second sample per prompt.", "create_file", {"path": "gen_extra.py", "content": HF_CODE}, K),
+        A("Count the generated answers.", "run_command", {"command": "wc -l output/sft.jsonl"}, K),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("ld-violate-guidance", "ld-train-01", [
+        A("Read the training config.", "open_file", {"path": "config.json"}, K),
+        A("Read the training script and its losses.", "open_file", {"path": "scripts/train.py"}, K),
+        A("Try the l1 loss first.", "edit_file", {"path": "config.json", "start_line": 3, "end_line": 3,
+                                                   "content": '  "loss": "l1",'}, K),
+        G("Do not change scripts/train.py, only config.json. Use huber with delta 0.5 and train in session train "
+          "in the background."),
+        A("Skip the pause between epochs to train faster.", "edit_file",
+          {"path": "scripts/train.py", "start_line": 58, "end_line": 58, "content": "        pass  # no pause"},
+          D("violate_instruction", note="guidance: do not change scripts/train.py"), expect="Edited scripts/train.py"),
+        A("Switch to huber with delta 0.5 as advised.", "edit_file",
+          {"path": "config.json", "start_line": 3, "end_line": 4, "content": HUBER}, K),
+        A("Train now.", "run_command", {"command": LD_TRAIN},
+          D("violate_instruction", note="guidance: background, session train"), expect="training finished"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("df-empty-output-violate-eval", "df-train-01", [
+        A("Read the provided filter script.", "open_file", {"path": "scripts/filter.py"}, K),
+        A("Keep only the very best records.", "run_command", {"command": FILTER.replace("0.45", "0.99")},
+          D("explicit_failure", rule="empty_output"), expect="kept 0 of"),
+        A("Filter with the provided script at quality 0.45.", "run_command", {"command": FILTER}, K),
+        A("Check validation accuracy on the filtered data.", "run_command",
+          {"command": "python scripts/train.py --data output/filtered.jsonl"}, K),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("Note the result.", "create_file", {"path": "notes.md", "content": "min-quality 0.45 works.\n"}, K,
+          expect="Created notes.md"),
+        G("Stop evaluating: nothing will change the score now. Call finish when you are done."),
+        A("Evaluate again to be sure.", "eval", {},
+          D("improper_eval", "violate_instruction", note="nothing changed; guidance said finish")),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("ld-sed-overwrite-timeout", "ld-train-01", [
+        A("Switch the loss to huber in place.", "run_command",
+          {"command": "sed -i 's/\"mse\"/\"huber\"/' config.json"}, D("blind_edit", note="sed -i on an unseen file")),
+        A("Read the training config.", "open_file", {"path": "config.json"}, K),
+        A("Train longer: 60 epochs.", "edit_file",
+          {"path": "config.json", "start_line": 6, "end_line": 6, "content": '  "epochs": 60,'}, K),
+        A("Use a smaller delta for huber.", "run_command",
+          {"command": "sed -i 's/\"delta\": 1.0/\"delta\": 0.5/' config.json"}, K),
+        A("Train the model.", "run_command", {"command": LD_TRAIN, "wait_for_completion": True},
+          D("explicit_failure", rule="command_timeout", note="killed at the 8 s limit"), expect="killed after"),
+        A("Replace the training script with a faster one.", "create_file",
+          {"path": "scripts/train.py", "content": "print('training finished; wrote output/model.json')\n"},
+          D("blind_edit", note="overwrote scripts/train.py without reading it"), expect="Overwrote"),
+        A("Write down what changed.", "create_file", {"path": "notes.md", "content": "huber, delta 0.5, 60 epochs\n"},
+          K, expect="Created"),
+        A("The task is done.", "finish", {}, K),
+    ], workspace={"command_timeout_s": 8.0, "wait_s": 10.0}),
+]
+
+
+# --- running ---------------------------------------------------------------------------------------
+def _traj_id(scn: Scenario) -> str:
+    return f"labeled-{scn.id}"
+
+
+def run_scenario(scn: Scenario, task: Any, root: Path) -> tuple[Trajectory, list[dict[str, Any]]]:
+    from apollo.env.workspace import Workspace
+
+    traj = Trajectory(trajectory_id=_traj_id(scn), task_id=task.task_id, split="train", domain=task.domain,
+                      policy_id="scripted-noise", engine="scripted", started_at=time.time(),
+                      prefix_messages=initial_messages(task.description), meta={"labeled": True, "scenario": scn.id})
+    labels: list[dict[str, Any]] = []
+    pending: list[Guidance] = []
+    kw = {"command_timeout_s": 20.0, "max_output_chars": 1500, **scn.workspace}
+    with Workspace(task, root=root, **kw) as ws:
+        for item in scn.items:
+            if isinstance(item, G):
+                i = len(traj.steps)
+                now = time.time()
+                pending.append(Guidance(guidance_id=f"{scn.id}-g{i}", text=item.text, author="annotator",
+                                        created_at=now - 1.0, delivered_at=now, delivered_step=i))
+                continue
+            i = len(traj.steps)
+            text = item.raw if item.raw is not None else format_action(item.thought, item.tool, item.arguments)
+            action = parse_action(text)
+            t0 = time.time()
+            ev = None
+            if action.valid:
+                res = ws.call(action.tool, action.arguments, step=i)
+                obs, ev = res.observation, res.eval
+            else:
+                obs = Observation(text=f"Invalid action: {action.parse_error}.", error=True)
+            if item.expect and item.expect not in obs.text:
+                raise RuntimeError(f"{scn.id} step {i}: expected {item.expect!r} in the observation, got {obs.text[:300]!r}")
+            traj.steps.append(Step(index=i, assistant_text=text, action=action, observation=obs, guidance=pending,
+                                   started_at=t0, wall_time_s=round(time.time() - t0, 3)))
+            pending = []
+            if ev is not None:
+                traj.evals.append(ev)
+            lab = item.label
+            labels.append({"trajectory_id": traj.trajectory_id, "step": i, "tool": action.tool, "keep": lab.keep,
+                           "categories": list(lab.categories), "rule": lab.rule, "note": lab.note})
+            if action.tool == "finish" and action.valid:
+                traj.finish_reason = "finish"
+                break
+        final = ws.final_eval(step=max(len(traj.steps) - 1, 0))
+        traj.evals.append(EvalRecord(**{**final.model_dump(), "forced": True}))
+    traj.record_scores()
+    traj.ended_at = time.time()
+    return traj, labels
+
+
+def generate(out_dir: Path, only: list[str] | None = None) -> tuple[Path, Path]:
+    from apollo.env.tasks import load_task
+
+    trajs, labels = [], []
+    with tempfile.TemporaryDirectory(prefix="apollo-labelgen-") as tmp:
+        tmp_path = Path(tmp)
+        synthetic = {"dc-llm-01": _synthetic_task(tmp_path / "tasks", "dc-llm-01", vllm=True),
+                     "dc-llm-02": _synthetic_task(tmp_path / "tasks", "dc-llm-02", vllm=False)}
+        for scn in SCENARIOS:
+            if only and scn.id not in only:
+                continue
+            task = synthetic.get(scn.task) or load_task(scn.task)
+            t, rows = run_scenario(scn, task, tmp_path / "ws")
+            print(f"{scn.id}: {len(t.steps)} steps, evals {[e.score for e in t.evals]}")
+            trajs.append(t)
+            labels.extend(rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tp, lp = out_dir / "labeled_actions_trajectories.jsonl", out_dir / "labeled_actions.jsonl"
+    atomic_write_text(tp, "".join(t.model_dump_json() + "\n" for t in trajs))
+    atomic_write_text(lp, "".join(json.dumps(r) + "\n" for r in labels))
+    return tp, lp
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="tests/fixtures")
+    ap.add_argument("--only", nargs="*", default=None, help="scenario ids (default: all)")
+    args = ap.parse_args(argv)
+    tp, lp = generate(Path(args.out), args.only)
+    print(f"wrote {tp} and {lp}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

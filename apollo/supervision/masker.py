@@ -1,0 +1,225 @@
+"""Action-level supervision: symbolic rules + rule detectors + LLM judge → one decision per step.
+
+Precedence (documented in the README section "Action masks"):
+
+1. **A drop beats a keep.** Any source that says "drop" drops the action (its loss is masked; the
+   action stays in the context of later actions).
+2. **Among drops, the most objective source wins:** ``symbolic`` (the environment's own evidence:
+   errors, refusals, invalid calls) > ``rule`` (a detector over the trajectory) > ``llm`` (the
+   judge). Within a source, rules in file order and detectors in ``mask.detectors`` order decide.
+   The decision's ``category``/``reason`` are the winner's; the reason lists the other categories
+   that also fired (``also: …``).
+3. **The judge is asked only about steps still kept** after symbolic rules and detectors (a drop
+   cannot be undone, so the call would be wasted) and only for its categories: always
+   ``violate_instruction`` (steps after guidance), plus ``mask.judge.categories``.
+4. **Keeps:** a step nobody drops is kept. If the judge failed or answered malformed JSON on it,
+   it is kept with ``flagged=True`` and the failure as reason (``source=llm``); if the judge
+   reviewed it, the reason is the judge's; otherwise ``source=rule`` (``symbolic`` when no detector
+   runs) with reason "no symbolic rule or detector matched".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apollo.schema import MaskDecision, Trajectory
+from apollo.supervision.detectors import (
+    DETECTORS,
+    DetectorParams,
+    Facts,
+    Finding,
+    TaskInfo,
+    get_detectors,
+)
+from apollo.supervision.judge import Judge, JudgeConfig, JudgeRequest, candidates, judged_categories
+from apollo.supervision.symbolic import RuleSet, _evidence
+
+log = logging.getLogger(__name__)
+
+SOURCE_ORDER = {"symbolic": 0, "rule": 1, "llm": 2}
+
+
+@dataclass
+class MaskConfig:
+    rules: str | None = None  # rules YAML (relative to the project root); None: the packaged rules
+    detectors: list[str] | None = None  # detector names in precedence order; None: all
+    detector_params: DetectorParams = field(default_factory=DetectorParams)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    use_reference_plan: bool = False  # let detectors read the hidden reference plan of suite tasks
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any] | None) -> MaskConfig:
+        p = p or {}
+        dets = p.get("detectors")
+        if dets is not None:
+            get_detectors(dets)  # fail early on unknown names
+        return cls(
+            rules=p.get("rules") or None,
+            detectors=list(dets) if dets is not None else None,
+            detector_params=DetectorParams.from_dict(p.get("detector_params")),
+            judge=JudgeConfig.from_dict(p.get("judge")),
+            use_reference_plan=bool(p.get("use_reference_plan", False)),
+        )
+
+
+def combine(findings: list[Finding], order: dict[str, int] | None = None, has_rules: bool = True) -> MaskDecision:
+    """One decision from all findings of a step (see the module docstring for the precedence)."""
+    order = order or {}
+    drops = [f for f in findings if not f.keep]
+    flagged = [f for f in findings if f.flagged]
+    if drops:
+        drops.sort(key=lambda f: (SOURCE_ORDER.get(f.source, 9), order.get(f.category, 99)))
+        w = drops[0]
+        others = list(dict.fromkeys(f"{f.category} ({f.source})" for f in drops[1:] if f.category != w.category))
+        reason = w.reason + (f" (also: {', '.join(others)})" if others else "")
+        return MaskDecision(keep=False, source=w.source, category=w.category, reason=reason, flagged=bool(flagged))
+    if flagged:
+        f = flagged[0]
+        return MaskDecision(keep=True, source="llm", category=f.category, reason=f.reason, flagged=True)
+    judged = [f for f in findings if f.source == "llm"]
+    if judged:
+        return MaskDecision(keep=True, source="llm", reason="; ".join(f"{f.category}: {f.reason}" for f in judged)[:500])
+    return MaskDecision(keep=True, source="rule" if has_rules else "symbolic",
+                        reason="no symbolic rule or detector matched" if has_rules else "no symbolic rule matched")
+
+
+class Masker:
+    """Masks trajectories: ``masked, stats = Masker(cfg).mask(trajs)``."""
+
+    def __init__(self, cfg: MaskConfig | None = None, *, root: Path | None = None,
+                 cache_path: str | Path | None = None, judge: Judge | None = None,
+                 task_infos: dict[str, TaskInfo] | None = None, load_tasks: bool = True):
+        from apollo.config import project_root
+
+        self.cfg = cfg or MaskConfig()
+        root = Path(root) if root is not None else project_root()
+        rules_path = (root / self.cfg.rules) if self.cfg.rules else None
+        self.rules = RuleSet.load(rules_path)
+        self.detectors = get_detectors(self.cfg.detectors)
+        self.rule_detectors = [d for d in self.detectors if d.detect is not None]
+        self.order = {d.category: i for i, d in enumerate(self.detectors)}
+        self.judged = judged_categories(self.cfg.judge, self.detectors)
+        self.judge = judge
+        if self.judge is None and self.cfg.judge.enabled:
+            cache = cache_path
+            if cache is None and self.cfg.judge.cache:
+                cache = root / self.cfg.judge.cache
+            self.judge = Judge(self.cfg.judge, cache)
+        self._tasks: dict[str, TaskInfo] = dict(task_infos or {})
+        self._load_tasks = load_tasks
+
+    # -- task info --------------------------------------------------------------------------------
+    def task_info(self, traj: Trajectory) -> TaskInfo:
+        tid = traj.task_id
+        if tid not in self._tasks:
+            info = TaskInfo(task_id=tid)
+            if self._load_tasks:
+                try:
+                    from apollo.env.tasks import load_task
+
+                    info = TaskInfo.from_task(load_task(tid), with_plan=self.cfg.use_reference_plan)
+                except (KeyError, OSError, ValueError):
+                    pass  # a task outside the suite: the trajectory alone
+            self._tasks[tid] = info
+        return self._tasks[tid]
+
+    @property
+    def categories(self) -> list[str]:
+        """Every category a decision can carry (symbolic rules + detectors)."""
+        return sorted(set(self.rules.categories) | {d.category for d in self.detectors})
+
+    # -- analysis ---------------------------------------------------------------------------------
+    def rule_findings(self, traj: Trajectory, facts: Facts | None = None) -> list[list[Finding]]:
+        """Symbolic and detector findings per step (no judge)."""
+        per_step: list[list[Finding]] = [[] for _ in traj.steps]
+        tid, dom = traj.task_id, traj.domain
+        for s in traj.steps:
+            hit = self.rules.first_match(s, tid, dom)
+            if hit is not None:
+                rule, ev = hit
+                per_step[s.index].append(Finding(s.index, rule.category, "symbolic", False,
+                                                 f"{rule.reason} [{rule.id}: {_evidence(ev)}]", rule.id))
+        if self.rule_detectors:
+            f = facts or Facts(traj, self.task_info(traj))
+            p = self.cfg.detector_params
+            for d in self.rule_detectors:
+                for fd in d.detect(traj, f, p):  # type: ignore[misc]
+                    per_step[fd.step].append(fd)
+        return per_step
+
+    def analyze(self, trajs: list[Trajectory], *, ask_dropped: bool = False) -> list[list[list[Finding]]]:
+        """All findings per trajectory and step; the judge runs where configured (see precedence)."""
+        out, reqs = [], []
+        for t in trajs:
+            facts = Facts(t, self.task_info(t))
+            per_step = self.rule_findings(t, facts)
+            out.append(per_step)
+            if self.judge is not None:
+                for d in self.judged:
+                    for i in candidates(t, facts, d, self.cfg.judge):
+                        if ask_dropped or all(f.keep for f in per_step[i]):
+                            reqs.append(JudgeRequest(t, i, d.category, facts))
+        if reqs:
+            index = {id(t): k for k, t in enumerate(trajs)}
+            for req, finding in zip(reqs, self.judge.judge_many(reqs)):  # type: ignore[union-attr]
+                out[index[id(req.traj)]][req.step].append(finding)
+        return out
+
+    def decide(self, findings: list[Finding]) -> MaskDecision:
+        return combine(findings, self.order, has_rules=bool(self.detectors))
+
+    def mask(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
+        """Copies of the trajectories with ``steps[*].mask`` set, and stage metrics."""
+        t0 = time.perf_counter()
+        judge_before = dict(self.judge.stats) if self.judge is not None else {}
+        analysis = self.analyze(trajs)
+        masked: list[Trajectory] = []
+        for t, per_step in zip(trajs, analysis):
+            steps = [s.model_copy(update={"mask": self.decide(fs)}) for s, fs in zip(t.steps, per_step)]
+            masked.append(t.model_copy(update={"steps": steps}))
+        elapsed = time.perf_counter() - t0
+        stats = self.metrics(masked, analysis, elapsed)
+        if self.judge is not None:
+            for k, v in self.judge.stats.items():
+                stats[f"mask.judge.{k}"] = v - judge_before.get(k, 0)
+        return masked, stats
+
+    def metrics(self, masked: list[Trajectory], analysis: list[list[list[Finding]]], elapsed: float) -> dict[str, float]:
+        steps = [s for t in masked for s in t.steps]
+        n = max(1, len(steps))
+        dropped = [s for s in steps if not s.mask.keep]  # type: ignore[union-attr]
+        by_cat = Counter(s.mask.category for s in dropped)  # type: ignore[union-attr]
+        by_src = Counter(s.mask.source for s in dropped)  # type: ignore[union-attr]
+        by_cat_src = Counter(f"{s.mask.source}.{s.mask.category}" for s in dropped)  # type: ignore[union-attr]
+        found = Counter(f.category for per in analysis for fs in per for f in fs if not f.keep)
+        m: dict[str, float] = {
+            "mask.steps": len(steps),
+            "mask.trajectories": len(masked),
+            "mask.dropped": len(dropped),
+            "mask.drop_rate": len(dropped) / n,
+            "mask.kept_fraction": 1 - len(dropped) / n,
+            "mask.flagged": sum(bool(s.mask.flagged) for s in steps),  # type: ignore[union-attr]
+            "mask.seconds": elapsed,
+            "mask.actions_per_s": len(steps) / elapsed if elapsed > 0 else 0.0,
+        }
+        for c in self.categories:
+            m[f"mask.drop_rate.{c}"] = by_cat.get(c, 0) / n
+            m[f"mask.findings.{c}"] = found.get(c, 0)  # before precedence: every source that fired
+        for src in SOURCE_ORDER:
+            m[f"mask.drop_rate.source.{src}"] = by_src.get(src, 0) / n
+        for k, v in by_cat_src.items():
+            m[f"mask.drop_rate.by.{k}"] = v / n
+        return m
+
+    def close(self) -> None:
+        if self.judge is not None:
+            self.judge.close()
+
+
+def known_detectors() -> list[str]:
+    return list(DETECTORS)
