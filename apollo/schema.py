@@ -119,11 +119,16 @@ class Step(_Model):
 
 
 class Summary(_Model):
-    """A summarization call: its output condenses steps [covers_from, covers_to)."""
+    """A summarization call: its output condenses steps [covers_from, covers_to).
+
+    Its prompt was the context window ``prev_summary_index`` + steps [covers_from, covers_to) +
+    the summary instruction, so the dataset builder rebuilds it exactly.
+    """
 
     index: int
     covers_from: int
     covers_to: int
+    prev_summary_index: int | None = None
     before_step: int  # the summary was made before this step ran
     text: str
     tokens: TokenTrace | None = None

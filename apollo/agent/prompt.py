@@ -54,8 +54,27 @@ def initial_messages(task_description: str, system_prompt: str = SYSTEM_PROMPT) 
     ]
 
 
+SUMMARY_INSTRUCTION = (
+    "The context is getting long. Summarize the work so far as a structured snapshot with these "
+    "sections: State of the art (best result and how it was obtained); Hypotheses; Key knowledge; "
+    "Reflection (one line per <real_user> message: what it asked and what was done); File state; "
+    "Recent sessions; Recent actions; Experiment history. Answer with the snapshot only."
+)
+
+
+def summary_prompt(traj: Trajectory, summ: Any) -> list[dict[str, Any]]:
+    """The exact prompt of a summarization call (used at run time and by the dataset builder)."""
+    msgs = context_messages(traj, summ.covers_to, first_step=summ.covers_from,
+                            summary_index=summ.prev_summary_index)
+    msgs.append({"role": "user", "content": SUMMARY_INSTRUCTION})
+    return msgs
+
+
+SUMMARY_PREFIX = "Summary of the earlier work:\n"
+
+
 def summary_message(text: str) -> dict[str, str]:
-    return {"role": "user", "content": "Summary of the earlier work:\n" + neutralize(text)}
+    return {"role": "user", "content": SUMMARY_PREFIX + neutralize(text)}
 
 
 def step_messages(step: Step, *, with_observation: bool = True) -> list[dict[str, str]]:

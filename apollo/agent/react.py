@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apollo.agent.actions import parse_action
-from apollo.agent.prompt import context_messages, initial_messages
+from apollo.agent.prompt import context_messages, initial_messages, summary_prompt
 from apollo.engines.base import Engine
 from apollo.schema import (
     ContextRef,
@@ -23,6 +23,7 @@ from apollo.schema import (
     Guidance,
     Observation,
     Step,
+    Summary,
     TokenTrace,
     Trajectory,
 )
@@ -42,23 +43,48 @@ class GuidanceChannel(Protocol):
 class AgentConfig:
     max_steps: int | None = None  # None: the task's own budget
     max_wall_s: float | None = None
-    context_tokens: int = 4096  # η_L-style budget: older steps slide out of the window beyond it
+    context_tokens: int = 4096  # η_L: at this many prompt tokens the earlier half is summarized
+    summarize: bool = True
     command_timeout_s: float = 20.0
     max_output_chars: int = 1500
 
 
-def _fit_window(engine: Engine, traj: Trajectory, step_index: int, first_step: int,
-                pending: list[Guidance], budget: int) -> tuple[list[dict[str, Any]], int, int]:
-    """Build the prompt; slide the window forward while it exceeds the token budget.
+def _summarize(engine: Engine, traj: Trajectory, step_index: int, first_step: int,
+               summary_index: int | None, seed: int) -> tuple[int, int]:
+    """The policy condenses the earlier half of the window; returns the new (first_step, summary)."""
+    mid = first_step + max(1, (step_index - first_step) // 2)
+    summ = Summary(index=len(traj.summaries), covers_from=first_step, covers_to=mid,
+                   prev_summary_index=summary_index, before_step=step_index, text="")
+    prompt = summary_prompt(traj, summ)
+    gen = engine.generate(prompt, seed=seed)
+    summ.text = gen.text.strip() or "(empty summary)"
+    summ.prompt_tokens = gen.prompt_tokens or engine.count_tokens(prompt)
+    if gen.token_ids is not None:
+        summ.tokens = TokenTrace(token_ids=gen.token_ids, logprobs=gen.logprobs, entropies=gen.entropies)
+    traj.summaries.append(summ)
+    return mid, summ.index
 
-    (Structured summarization of the dropped half is the long-context issue; until then the
-    window slides, and ContextRef records exactly which steps the agent saw.)
+
+def _fit_window(engine: Engine, traj: Trajectory, step_index: int, first_step: int,
+                summary_index: int | None, pending: list[Guidance], budget: int, seed: int,
+                summarize: bool) -> tuple[list[dict[str, Any]], int, int | None, int]:
+    """Build the prompt; when it reaches the budget (η_L), summarize the earlier half.
+
+    If a window is still over budget after summarizing (or summarization is off), the window
+    slides; ``ContextRef`` records exactly which steps and summary the agent saw.
     """
+    summarized = False
     while True:
-        msgs = context_messages(traj, step_index, first_step=first_step, pending_guidance=pending)
+        msgs = context_messages(traj, step_index, first_step=first_step, summary_index=summary_index,
+                                pending_guidance=pending)
         n = engine.count_tokens(msgs)
-        if n <= budget or first_step >= step_index:
-            return msgs, first_step, n
+        if n < budget or first_step >= step_index:
+            return msgs, first_step, summary_index, n
+        if summarize and not summarized and step_index - first_step >= 2:
+            first_step, summary_index = _summarize(engine, traj, step_index, first_step, summary_index,
+                                                   seed * 7919 + step_index)
+            summarized = True
+            continue
         first_step = min(step_index, first_step + max(1, (step_index - first_step) // 2))
 
 
@@ -95,7 +121,7 @@ def run_episode(
     )
     if guidance is not None:
         guidance.register(tid, task.task_id)
-    first_step = 0
+    first_step, summary_index = 0, None
     t_start = time.monotonic()
     with Workspace(task, root=workspace_root, command_timeout_s=cfg.command_timeout_s,
                    max_output_chars=cfg.max_output_chars) as ws:
@@ -107,8 +133,9 @@ def run_episode(
                 step_t0 = time.time()
                 # step boundary: due guidance enters the context now, never mid-generation
                 pending = guidance.take_pending(tid, i) if guidance is not None else []
-                msgs, first_step, n_prompt = _fit_window(
-                    engine, traj, i, first_step, pending, cfg.context_tokens
+                msgs, first_step, summary_index, n_prompt = _fit_window(
+                    engine, traj, i, first_step, summary_index, pending, cfg.context_tokens, seed,
+                    cfg.summarize,
                 )
                 gen = engine.generate(msgs, seed=seed * 100_003 + i)
                 action = parse_action(gen.text)
@@ -129,7 +156,7 @@ def run_episode(
                     observation=obs,
                     guidance=pending,
                     tokens=tokens,
-                    context=ContextRef(first_step=first_step),
+                    context=ContextRef(first_step=first_step, summary_index=summary_index),
                     prompt_tokens=gen.prompt_tokens or n_prompt,
                     started_at=step_t0,
                     gen_time_s=gen.gen_time_s,

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from apollo.agent.prompt import context_messages, window_conversation
+from apollo.agent.prompt import neutralize, summary_prompt, window_conversation
 from apollo.data.tokenize import tokenize_conversation
 from apollo.schema import Trajectory
 
@@ -58,9 +58,8 @@ def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> list[
     for summ in traj.summaries:
         if summ.mask is not None and not summ.mask.keep:
             continue
-        prompt = context_messages(traj, summ.covers_to, first_step=summ.covers_from)
-        prompt.append({"role": "user", "content": "Summarize the work so far."})
-        msgs = [*prompt, {"role": "assistant", "content": summ.text}]
+        prompt = summary_prompt(traj, summ)
+        msgs = [*prompt, {"role": "assistant", "content": neutralize(summ.text)}]
         tok = tokenize_conversation(tokenizer, msgs, [False] * (len(msgs) - 1) + [True], max_length=max_length)
         out.append(_row(tok, "summary", traj, summ.covers_from, summ.covers_to - 1))
     return out

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from apollo.agent.actions import format_action, parse_action
+from apollo.agent.prompt import SUMMARY_INSTRUCTION, SUMMARY_PREFIX
 from apollo.engines.base import Generation
 
 _GUIDANCE_RE = re.compile(r"^<real_user>(.*)</real_user>$", re.DOTALL)
@@ -36,6 +37,29 @@ def history_from_messages(messages: list[dict[str, Any]]) -> tuple[list[tuple[st
     return history, guidance
 
 
+def snapshot(messages: list[dict[str, Any]]) -> str:
+    """A deterministic structured snapshot of the conversation (the scripted agent's summary)."""
+    history, guidance = history_from_messages(messages)
+    earlier = next((m["content"] for m in messages
+                    if m["role"] == "user" and m["content"].startswith(SUMMARY_PREFIX)), "")
+    scores = [re.search(r"overall_score=([0-9.]+)", obs) for _, _, obs in history]
+    best = max((float(m.group(1)) for m in scores if m), default=None)
+    files = sorted({str(a.get("path")) for t, a, _ in history if t in ("edit_file", "create_file") and a.get("path")})
+    sessions = sorted({str(a.get("session_id", "default")) for t, a, _ in history if t == "run_command"})
+    commands = [a.get("command", "") for t, a, _ in history if t == "run_command"]
+    lines = [
+        f"State of the art: best score {best:g}." if best is not None else "State of the art: not evaluated yet.",
+        "Hypotheses: the provided scripts solve the task with the right options.",
+        "Key knowledge: " + ("; ".join(c for c in commands[-2:]) if commands else "workspace listed, scripts read."),
+        "Reflection: " + (" | ".join(f"asked: {g[:80]}; followed it" for g in guidance) if guidance else "none."),
+        "File state: " + (", ".join(files) if files else "unchanged."),
+        "Recent sessions: " + (", ".join(sessions) if sessions else "none."),
+        "Recent actions: " + ", ".join(str(t) for t, _, _ in history[-4:]),
+        "Experiment history: " + ("earlier summary kept. " if earlier else "") + f"{len(history)} actions.",
+    ]
+    return "\n".join(lines)
+
+
 class ScriptedEngine:
     name = "scripted"
 
@@ -47,6 +71,7 @@ class ScriptedEngine:
         self.policy_version = 0
         self.tokenizer = tokenizer
         self.agent = ScriptedAgent(task, random.Random(seed), noise=noise)
+        self._memory: list[tuple[str | None, dict, str]] = []
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         if self.tokenizer is not None:
@@ -55,6 +80,13 @@ class ScriptedEngine:
 
     def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None) -> Generation:
         t0 = time.perf_counter()
+        if messages and messages[-1]["role"] == "user" and messages[-1]["content"] == SUMMARY_INSTRUCTION:
+            return Generation(text=snapshot(messages[:-1]), gen_time_s=time.perf_counter() - t0)
         history, guidance = history_from_messages(messages)
+        if any(m["role"] == "user" and m["content"].startswith(SUMMARY_PREFIX) for m in messages):
+            # the context was summarized: the agent's own memory holds the steps that left it
+            keep = max(0, len(self._memory) + 1 - len(history))
+            history = self._memory[:keep] + history
+        self._memory = history
         thought, tool, args = self.agent.next_action(history, guidance=guidance)
         return Generation(text=format_action(thought, tool, args), gen_time_s=time.perf_counter() - t0)

@@ -380,7 +380,7 @@ SCENARIOS: list[Scenario] = [
     ]),
     Scenario("df-empty-output-violate-eval", "df-train-01", [
         A("Read the provided filter script.", "open_file", {"path": "scripts/filter.py"}, K),
-        A("Keep only the very best records.", "run_command", {"command": FILTER.replace("0.45", "0.99")},
+        A("Filter at quality 45 percent.", "run_command", {"command": FILTER.replace("0.45", "45")},
           D("explicit_failure", rule="empty_output"), expect="kept 0 of"),
         A("Filter with the provided script at quality 0.45.", "run_command", {"command": FILTER}, K),
         A("Check validation accuracy on the filtered data.", "run_command",
