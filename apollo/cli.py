@@ -44,26 +44,90 @@ def cmd_bench_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mask_params(path: str | None) -> dict:
+    """The ``mask`` section of a params file (``params.yaml`` when it exists), else defaults."""
+    from apollo.config import load_params, project_root
+
+    p = Path(path) if path else project_root() / "params.yaml"
+    if path is None and not p.exists():
+        return {}
+    return dict(load_params(p).get("mask") or {})
+
+
+def _masker(args: argparse.Namespace, *, judge_default: bool = True):
+    from apollo.supervision.masker import Masker, MaskConfig
+
+    mp = _mask_params(args.params)
+    judge = dict(mp.get("judge") or {})
+    for key in ("backend", "model", "base_url"):
+        v = getattr(args, f"judge_{key}", None)
+        if v is not None:
+            judge[key] = v
+    if not judge_default and getattr(args, "judge_backend", None) is None:
+        judge["backend"] = "none"
+    mp["judge"] = judge
+    return Masker(MaskConfig.from_params(mp))
+
+
 def cmd_mask_explain(args: argparse.Namespace) -> int:
     from apollo.schema import iter_trajectories
 
+    masker = _masker(args, judge_default=False) if args.apply else None
     found = False
     for t in iter_trajectories(args.file):
         if args.trajectory and not t.trajectory_id.startswith(args.trajectory):
             continue
         found = True
-        print(f"# {t.trajectory_id}  task={t.task_id}  final={t.final_score}  best={t.best_score}")
+        findings = None
+        if masker is not None:
+            findings = masker.analyze([t])[0]
+            t = t.model_copy(update={"steps": [s.model_copy(update={"mask": masker.decide(fs)})
+                                               for s, fs in zip(t.steps, findings)]})
+        print(f"# {t.trajectory_id}  task={t.task_id}  final={t.final_score}  best={t.best_score}"
+              + ("  (decisions recomputed with the current rules)" if masker else ""))
         for s in t.steps:
             m = s.mask
+            if args.drops and (m is None or m.keep):
+                continue
             verdict = "unmasked" if m is None else ("KEEP" if m.keep else "DROP")
-            why = "" if m is None else f"{m.source}/{m.category or '-'}: {m.reason}"
-            guid = f"  [guidance: {s.guidance[0].text[:60]!r}]" if s.guidance else ""
-            print(f"  {s.index:>3} {verdict:<5} {s.action.tool or '<invalid>':<18} {why}{guid}")
+            flag = " [flagged]" if m is not None and m.flagged else ""
+            why = "" if m is None else f"{m.source}/{m.category or '-'}: {m.reason}{flag}"
+            for g in s.guidance:
+                print(f"      <real_user> {g.text[:100]}")
+            print(f"  {s.index:>3} {verdict:<5} {s.action.tool or '<invalid>':<18} {why}")
+            if findings is not None:
+                for f in findings[s.index]:
+                    if m is not None and f.reason in m.reason:
+                        continue
+                    print(f"        also {f.source}/{f.category}: {'keep' if f.keep else 'drop'} - {f.reason}")
         if args.trajectory:
             break
+    if masker is not None:
+        masker.close()
     if not found:
         print(f"{args.file}: no trajectory matches '{args.trajectory}'", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_mask_report(args: argparse.Namespace) -> int:
+    from apollo.supervision.labeled import LabeledSetError, evaluate_labeled, load_labeled
+
+    try:
+        labels, trajs = load_labeled(args.fixtures, args.trajectories)
+    except (OSError, LabeledSetError) as e:
+        print(f"mask report: {e}", file=sys.stderr)
+        return 1
+    masker = _masker(args)
+    try:
+        report = evaluate_labeled(masker, labels, trajs)
+    finally:
+        masker.close()
+    print(report.table())
+    if args.json:
+        from apollo.schema import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(report.to_json(), indent=2) + "\n")
     return 0
 
 
@@ -99,7 +163,26 @@ def build_parser() -> argparse.ArgumentParser:
     me = msub.add_parser("explain", help="print each step of a trajectory with its mask decision and why")
     me.add_argument("file", nargs="?", default="data/masked/train.jsonl")
     me.add_argument("trajectory", nargs="?", default=None, help="trajectory id (prefix); default: all")
+    me.add_argument("--apply", action="store_true",
+                    help="recompute the decisions with the current rules and detectors (no judge unless "
+                         "--judge-backend), and show every finding, not only the winner")
+    me.add_argument("--drops", action="store_true", help="only dropped steps")
+    me.add_argument("--params", default=None, help="params file for --apply (default: params.yaml if present)")
+    me.add_argument("--judge-backend", default=None, choices=["none", "openai", "hf", "vllm"])
+    me.add_argument("--judge-model", default=None)
+    me.add_argument("--judge-base-url", default=None)
     me.set_defaults(fn=cmd_mask_explain)
+    mr = msub.add_parser("report", help="precision/recall per category on the hand-labeled actions")
+    mr.add_argument("--fixtures", default="tests/fixtures/labeled_actions.jsonl", help="labels (JSONL)")
+    mr.add_argument("--trajectories", default=None,
+                    help="their trajectories (default: <fixtures stem>_trajectories.jsonl)")
+    mr.add_argument("--params", default=None, help="params file (default: params.yaml if present)")
+    mr.add_argument("--judge-backend", default=None, choices=["none", "openai", "hf", "vllm"],
+                    help="override mask.judge.backend (default: from params: none)")
+    mr.add_argument("--judge-model", default=None)
+    mr.add_argument("--judge-base-url", default=None)
+    mr.add_argument("--json", default=None, help="also write the report as JSON here")
+    mr.set_defaults(fn=cmd_mask_report)
     sv = sub.add_parser("serve", help="the guidance service and annotator UI (or --new-token to add a token)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8765)

@@ -32,11 +32,14 @@ log = logging.getLogger(__name__)
 
 
 class GuidanceChannel(Protocol):
-    def register(self, trajectory_id: str, task_id: str) -> None: ...
+    """apollo.guidance.store.GuidanceStore (direct) or apollo.guidance.client.GuidanceClient (HTTP)."""
+
+    def register(self, trajectory_id: str, task_id: str, *, meta: dict[str, Any] | None = None) -> Any: ...
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None,
-                  arguments: dict[str, Any], observation: str) -> None: ...
+                  arguments: dict[str, Any], observation: str, *, step: Step | None = None,
+                  summary: Summary | None = None) -> Any: ...
     def take_pending(self, trajectory_id: str, step_index: int) -> list[Guidance]: ...
-    def end(self, trajectory_id: str, status: str = "finished") -> None: ...
+    def end(self, trajectory_id: str, status: str = "finished", *, final_score: float | None = None) -> None: ...
 
 
 @dataclass
@@ -119,8 +122,10 @@ def run_episode(
         prefix_messages=initial_messages(task.description),
         meta=dict(meta or {}),
     )
-    if guidance is not None:
-        guidance.register(tid, task.task_id)
+    if guidance is not None:  # the prefix lets the annotator UI rebuild every context window exactly
+        guidance.register(tid, task.task_id, meta={
+            "prefix_messages": traj.prefix_messages, "domain": task.domain, "split": task.split,
+            "max_steps": max_steps, "policy_id": engine.policy_id})
     first_step, summary_index = 0, None
     t_start = time.monotonic()
     with Workspace(task, root=workspace_root, command_timeout_s=cfg.command_timeout_s,
@@ -166,7 +171,8 @@ def run_episode(
                 if ev is not None:
                     traj.evals.append(ev)
                 if guidance is not None:
-                    guidance.post_step(tid, i, action.tool, action.arguments, obs.text)
+                    guidance.post_step(tid, i, action.tool, action.arguments, obs.text, step=step,
+                                       summary=traj.summaries[summary_index] if summary_index is not None else None)
                 if done:
                     traj.finish_reason = "finish"
                     break
@@ -181,5 +187,5 @@ def run_episode(
     traj.record_scores()
     traj.ended_at = time.time()
     if guidance is not None:
-        guidance.end(tid)
+        guidance.end(tid, "error" if traj.finish_reason == "error" else "finished", final_score=traj.final_score)
     return traj

@@ -27,6 +27,7 @@ record carries is turned into guidance.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -142,9 +143,9 @@ class GuidanceClient:
                          created_at=r["created_at"], delivered_at=now, delivered_step=step_index) for r in rows]
 
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
-                  observation: str, *, step: Any = None, assistant_text: str | None = None,
+                  observation: str, *, step: Any = None, summary: Any = None, assistant_text: str | None = None,
                   detail: dict[str, Any] | None = None) -> None:
-        from apollo.guidance.store import step_detail
+        from apollo.guidance.store import step_detail, summary_dict
 
         with self._cv:
             ids = self._at_step.pop((trajectory_id, step_index), None)
@@ -155,7 +156,8 @@ class GuidanceClient:
             ids = [g.guidance_id for g in step.guidance]
         self._enqueue({"op": "step", "trajectory_id": trajectory_id, "session": session, "step_index": step_index,
                        "tool": tool, "arguments": arguments or {}, "observation": observation or "",
-                       "assistant_text": assistant_text or "", "detail": detail or {}, "guidance_ids": ids})
+                       "assistant_text": assistant_text or "", "detail": detail or {}, "guidance_ids": ids,
+                       "summary": summary_dict(summary)})
 
     def post_record(self, trajectory_id: str, kind: str, data: dict[str, Any], *, step_index: int | None = None,
                     key: str | None = None, ref: str = "") -> None:
@@ -219,6 +221,7 @@ class GuidanceClient:
 
     # --- internals ------------------------------------------------------------------------------
     def _enqueue(self, op: dict[str, Any]) -> None:
+        op = json.loads(json.dumps(op, default=str))  # whatever the agent passed, the batch will serialize
         op["_t"] = time.monotonic()
         with self._cv:
             if self._closed:
@@ -244,7 +247,17 @@ class GuidanceClient:
             backoff = min(backoff * 2, self.max_backoff_s)
 
     def _run(self) -> None:
-        backoff, next_poll, warned = 0.05, 0.0, False
+        while True:
+            try:
+                self._loop()
+                return
+            except Exception:  # the sender must outlive any bug: log, wait, go on
+                log.exception("guidance sender failed; restarting it")
+                if self._stop.wait(1.0) and self._closed:
+                    return
+
+    def _loop(self) -> None:
+        backoff, next_poll, warned, solo = 0.05, 0.0, False, 0
         while True:
             with self._cv:
                 while True:
@@ -260,7 +273,8 @@ class GuidanceClient:
                 if self._closed and not self._ops:
                     return
                 self._wake = False
-                batch = [self._ops[i] for i in range(min(len(self._ops), self.batch_max))]
+                size = 1 if solo else self.batch_max  # after a rejected batch: one op at a time
+                batch = [self._ops[i] for i in range(min(len(self._ops), size))]
                 poll = sorted(self._active - self._fenced)
             body = {"ops": [{k: v for k, v in op.items() if k != "_t"} for op in batch], "poll": poll}
             try:
@@ -280,12 +294,16 @@ class GuidanceClient:
                     return  # closing while the service is unreachable: give up the rest
                 backoff = min(backoff * 2, self.max_backoff_s)
                 continue
-            if r.status_code >= 400:  # a malformed batch: sending it again cannot help
-                log.error("guidance service rejected %d operation(s): %s", len(batch), err)
-                self.stats["dropped"] += len(batch)
+            if r.status_code >= 400:  # a malformed op: find it (one op per request) and drop only it
+                if len(batch) > 1:
+                    solo = len(batch)
+                    continue
+                log.error("guidance service rejected a %s operation: %s", batch[0].get("op"), err)
+                self.stats["dropped"] += 1
                 data: dict[str, Any] = {"results": [], "pending": {}}
             else:
                 data = r.json()
+            solo = max(0, solo - 1)
             backoff, warned = 0.05, False
             now = time.monotonic()
             with self._cv:

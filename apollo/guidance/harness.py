@@ -35,7 +35,10 @@ class ServiceProcess:
         for role, tok in (tokens or {}).items():
             self.env[f"APOLLO_{role.upper()}_TOKEN"] = tok
         self.env["PYTHONUNBUFFERED"] = "1"
-        self.token_file = str(token_file) if token_file else str(Path(self.db).parent / "tokens.json")
+        if token_file is None:  # a token file beside a SQLite store, else in the log's folder
+            base = Path(self.db).parent if "://" not in self.db else self.log_path.parent
+            token_file = base / "tokens.json"
+        self.token_file = str(token_file)
         self.access_log, self.cwd = access_log, cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0

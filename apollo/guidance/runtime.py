@@ -99,3 +99,24 @@ def guidance_session(settings: GuidanceSettings, default_db: str | Path, annotat
         if annotator is not None:
             stack.enter_context(AnnotatorProcess(url, annotator, suite_root, token=annot_token))
         yield client
+
+
+_CURRENT: list[Any] = []  # channels of the stage sessions open in this process (innermost last)
+
+
+@contextmanager
+def stage_session(section: dict[str, Any] | None, default_db: str | Path, annotator: AnnotatorConfig | None,
+                  **kw: Any) -> Iterator[Any]:
+    """:func:`guidance_session` from ``rollout.guidance``, also made the process's current channel,
+    so workers started inside it (threads, Prefect tasks) find it with :func:`current_channel`."""
+    with guidance_session(settings_from(section), default_db, annotator, **kw) as channel:
+        _CURRENT.append(channel)
+        try:
+            yield channel
+        finally:
+            _CURRENT.remove(channel)
+
+
+def current_channel(default_db: str | Path) -> Any:
+    """The open stage session's channel, else the store itself (what a lone worker uses)."""
+    return _CURRENT[-1] if _CURRENT else GuidanceStore(store_target(None, default_db))

@@ -7,6 +7,7 @@ the tokens, :mod:`apollo.guidance.client` for the clients and ``apollo/guidance/
 Endpoints (all under ``/api`` need a token; 401 without one, 403 with the wrong role)::
 
     GET    /healthz                                      liveness (no token)
+    GET    /  /static/…  /openapi.json                   the UI and the API description (no token, no data)
     POST   /api/session                                  log in: token → HttpOnly cookie (UI)
     GET    /api/session      DELETE /api/session         who am I / log out
     GET    /api/trajectories?status=running|all          rollouts: task, step, elapsed, latest score
@@ -184,8 +185,9 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         yield
         await hub.stop()
 
-    app = FastAPI(title="Apollo guidance service", lifespan=lifespan, docs_url="/api/docs",
-                  openapi_url="/api/openapi.json", redoc_url=None)
+    # the OpenAPI description is public (it holds no data); no Swagger page: it loads scripts from a CDN
+    app = FastAPI(title="Apollo guidance service", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json")
     app.state.store, app.state.tokens, app.state.hub = store, tokens, hub
 
     @app.middleware("http")

@@ -30,6 +30,7 @@ across processes and across service restarts.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -59,6 +60,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.pool import StaticPool
 
 from apollo.guidance.records import derive_record, score_of
 from apollo.schema import Guidance
@@ -139,6 +141,10 @@ events_t = Table(
 )
 
 
+_ENGINES: dict[tuple[Any, ...], tuple[Engine, threading.Lock | None]] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
 class StoreError(ValueError):
     """A request the store refuses (the service answers 4xx)."""
 
@@ -195,27 +201,48 @@ class GuidanceStore:
     def __init__(self, path: str | Path, *, pool_size: int = 8):
         self.url = db_url(path)
         self.is_sqlite = self.url.startswith("sqlite")
+        self.path: Path | None = None
         if self.is_sqlite:
-            file = self.url.split(":///", 1)[1]
+            file = self.url.split(":///", 1)[1] if ":///" in self.url else ""
             if file and file != ":memory:":
-                self.path: Path | None = Path(file)
+                self.path = Path(file)
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            else:
-                self.path = None
+        # one engine (pool) per database per process: the rollout stage opens a store per job
+        key = self._cache_key()
+        with _ENGINES_LOCK:
+            shared = _ENGINES.get(key) if key else None
+        if shared is not None:
+            self.engine, self._wlock = shared
+            return
+        if self.is_sqlite:
+            pool: dict[str, Any] = ({"pool_size": pool_size, "max_overflow": 4 * pool_size, "pool_timeout": 60}
+                                    if self.path is not None else {"poolclass": StaticPool})  # :memory: is per connection
             self.engine: Engine = create_engine(
-                self.url, connect_args={"check_same_thread": False, "timeout": 60.0},
-                pool_size=pool_size, max_overflow=4 * pool_size, pool_timeout=60,
-            )
+                self.url, connect_args={"check_same_thread": False, "timeout": 60.0}, **pool)
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
-            self.path = None
             self.engine = create_engine(self.url, pool_size=pool_size, max_overflow=4 * pool_size,
                                         pool_pre_ping=True)
         # writers inside one process queue on a lock (fast hand-off) rather than on SQLite's busy
         # handler (sleeps up to 100 ms); across processes BEGIN IMMEDIATE + busy_timeout serialize them
         self._wlock = threading.Lock() if self.is_sqlite else None
         self._create_schema()
+        key = self._cache_key()  # a new SQLite file exists now
+        if key:
+            with _ENGINES_LOCK:
+                _ENGINES.setdefault(key, (self.engine, self._wlock))
+
+    def _cache_key(self) -> tuple[Any, ...] | None:
+        if not self.is_sqlite:
+            return (self.url, os.getpid())
+        if self.path is None:
+            return None  # in-memory: every store is its own database
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (self.url, os.getpid(), st.st_dev, st.st_ino)  # a deleted and re-created file is another database
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
@@ -264,6 +291,10 @@ class GuidanceStore:
                 c.exec_driver_sql(ddl)
 
     def close(self) -> None:
+        """Release this process's connections to the database (every store on it shares them)."""
+        with _ENGINES_LOCK:
+            for k in [k for k, (e, _) in _ENGINES.items() if e is self.engine]:
+                del _ENGINES[k]
         self.engine.dispose()
 
     @staticmethod
@@ -334,11 +365,13 @@ class GuidanceStore:
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
                   observation: str, *, assistant_text: str | None = None, detail: dict[str, Any] | None = None,
                   guidance_ids: list[str] | None = None, session: str | None = None,
-                  step: Any = None) -> dict[str, Any]:
+                  step: Any = None, summary: Any = None) -> dict[str, Any]:
         """Record a finished step (idempotent by index) and acknowledge the guidance delivered at it.
 
         ``step`` (an :class:`apollo.schema.Step`) or ``assistant_text``/``detail`` add what the
-        annotator UI shows: the model's text, the observation flags, the context window reference.
+        annotator UI shows: the model's text, the observation flags, the context window reference;
+        ``summary`` (the :class:`apollo.schema.Summary` the step's window starts with) lets the
+        service rebuild that window exactly.
         """
         if step is not None:
             assistant_text, extra = step_detail(step)
@@ -346,11 +379,13 @@ class GuidanceStore:
             guidance_ids = guidance_ids if guidance_ids is not None else [g.guidance_id for g in step.guidance]
         with self._write() as c:
             return self._post_step(c, trajectory_id, step_index, tool, arguments, observation,
-                                   assistant_text or "", detail or {}, guidance_ids, session)
+                                   assistant_text or "", detail or {}, guidance_ids, session,
+                                   summary_dict(summary))
 
     def _post_step(self, c: Connection, trajectory_id: str, step_index: int, tool: str | None,
                    arguments: dict[str, Any], observation: str, assistant_text: str, detail: dict[str, Any],
-                   guidance_ids: list[str] | None, session: str | None) -> dict[str, Any]:
+                   guidance_ids: list[str] | None, session: str | None,
+                   summary: dict[str, Any] | None = None) -> dict[str, Any]:
         now = time.time()
         step_index = int(step_index)
         traj = self._check_session(c, trajectory_id, session) if session else None
@@ -379,6 +414,9 @@ class GuidanceStore:
                         step=step_index)
         # records derived from the step (terminal output, file diffs, search logs)
         n_rec = self._derive_records(c, trajectory_id, step_index, tool, arguments, observation)
+        if summary and isinstance(summary.get("index"), int):
+            self._insert_record(c, trajectory_id, "summary", summary, step_index=summary.get("before_step"),
+                                key=f"summary:{summary['index']}", ref=str(summary["index"]))
         score = detail.get("score") if isinstance(detail.get("score"), (int, float)) else score_of(tool, observation)
         t = trajectories_t
         bigger = func.max if self.is_sqlite else func.greatest  # scalar max of two values
@@ -549,7 +587,7 @@ class GuidanceStore:
                             res = self._post_step(c, tid, int(op["step_index"]), op.get("tool"),
                                                   op.get("arguments") or {}, op.get("observation") or "",
                                                   op.get("assistant_text") or "", op.get("detail") or {},
-                                                  op.get("guidance_ids"), sess)
+                                                  op.get("guidance_ids"), sess, op.get("summary"))
                         elif kind == "deliver":
                             res = [r["guidance_id"] for r in self._deliver(
                                 c, tid, int(op["step_index"]), op.get("guidance_ids") or [],
@@ -696,7 +734,7 @@ class GuidanceStore:
                 limit: int = 2000) -> list[dict[str, Any]]:
         r = records_t
         q = select(r).where(and_(r.c.trajectory_id == trajectory_id, r.c.id > since_id))
-        q = q.where(r.c.kind == kind) if kind else q.where(r.c.kind != "view")
+        q = q.where(r.c.kind == kind) if kind else q.where(r.c.kind.in_(("terminal", "file", "search")))
         with self._read() as c:
             rows = c.execute(q.order_by(r.c.id).limit(limit)).all()
         out = []
@@ -729,7 +767,7 @@ class GuidanceStore:
         the agent reported its steps in full (model text, context reference).
         """
         from apollo.agent.prompt import context_messages
-        from apollo.schema import Action, ContextRef, Observation, Step, Trajectory
+        from apollo.schema import Action, Observation, Step, Summary, Trajectory
 
         traj = self.trajectory(trajectory_id)
         target = self.step(trajectory_id, step_index)
@@ -764,12 +802,21 @@ class GuidanceStore:
             prefix = []
             notes.insert(0, "the system prompt and task text were not reported at registration")
         ctx = detail.get("context_ref") or {}
-        if ctx.get("summary_index") is not None:
-            notes.append(f"a summary (#{ctx['summary_index']}) preceded this step; it is not in the store")
+        si = ctx.get("summary_index")
+        summaries: list[Summary] = []
+        if si is not None:
+            got = {r["ref"]: r["data"] for r in self.records(trajectory_id, "summary")}
+            for k in range(int(si) + 1):
+                d = got.get(str(k)) or {"index": k, "covers_from": 0, "covers_to": 0, "before_step": 0,
+                                        "text": "(summary not reported to the service)"}
+                summaries.append(Summary.model_validate(d))
+            if str(si) not in got:
+                notes.append(f"the summary #{si} this window starts with was not reported")
         t = Trajectory(trajectory_id=trajectory_id, task_id=traj["task_id"], split="train",
                        domain=str(meta.get("domain") or "?"), policy_id=str(meta.get("policy_id") or "?"),
-                       prefix_messages=prefix, steps=steps)
+                       prefix_messages=prefix, steps=steps, summaries=summaries)
         msgs = context_messages(t, step_index, first_step=int(ctx.get("first_step") or 0),
+                                summary_index=None if si is None else int(si),
                                 pending_guidance=by_step.get(step_index, []))
         return {"messages": msgs, "source": "rebuilt", "notes": sorted(set(notes), key=notes.index)[:20]}
 
@@ -785,6 +832,15 @@ def to_guidance(row: dict[str, Any]) -> Guidance:
     return Guidance(guidance_id=row["guidance_id"], text=row["text"], author=row["author"],
                     created_at=row["created_at"], delivered_at=row.get("delivered_at"),
                     delivered_step=row.get("delivered_step"))
+
+
+def summary_dict(summary: Any) -> dict[str, Any] | None:
+    """A :class:`apollo.schema.Summary` (or its dict) as stored (no token arrays, no mask)."""
+    if summary is None:
+        return None
+    d = summary if isinstance(summary, dict) else summary.model_dump()
+    keep = ("index", "covers_from", "covers_to", "prev_summary_index", "before_step", "text", "prompt_tokens")
+    return {k: d[k] for k in keep if k in d}
 
 
 def step_detail(step: Any) -> tuple[str, dict[str, Any]]:

@@ -57,7 +57,9 @@ def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Tra
     noise = float(p.get("noise", 0.3))
     jobs = [RolloutJob(tid, s, seed * 10_000 + i * 10 + s, "train") for i, tid in enumerate(sorted(tasks))
             for s in range(n)]
-    cfg = AgentConfig(max_steps=int(p.get("max_steps", 14)), context_tokens=10**9,
+    # same η_L as the rollouts (the scripted engine estimates ~3 characters per token), so long
+    # demonstrations include summarization calls the tiny model learns from
+    cfg = AgentConfig(max_steps=int(p.get("max_steps", 14)), context_tokens=int(p.get("context_tokens", 3800)),
                       max_output_chars=int(p.get("max_output_chars", 1500)))
     a = p.get("annotator", {}) or {}
     acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 0.3)), poll_s=0.05,

@@ -1,45 +1,77 @@
-"""Mask stage: the same trajectory records with a mask decision on every step."""
+"""Mask stage: the same trajectory records with a mask decision on every step.
+
+Order (nothing is written before every check passed, so a failing check leaves the previous
+outputs intact):
+
+1. read ``data/rollouts/train.jsonl`` and run the ``trajectories`` suite on it (input validation);
+2. mask: symbolic rules → rule detectors → LLM judge (if ``mask.judge.backend`` is set), combined
+   with the precedence of :mod:`apollo.supervision.masker`;
+3. run the ``masks`` suite (every drop has a reason and a known category, kept fraction within
+   ``min_kept_fraction``..``max_kept_fraction``, flagged fraction ≤ ``max_flagged_fraction``);
+4. score the masker on the hand-labeled set (``mask.labeled``; skipped when the file is absent);
+5. write ``data/masked/train.jsonl``, ``stats.json``, ``labeled_report.{txt,json}`` and log metrics
+   (drop rate per category and per source, judge calls/cache hits, labeled precision/recall) and
+   the reports to the stage's MLflow run.
+"""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import logging
+from pathlib import Path
 from typing import Any
 
 from apollo.config import Paths, project_root, section
 from apollo.schema import atomic_write_text, read_trajectories, write_trajectories
-from apollo.supervision.symbolic import load_rules, mask_trajectory
+from apollo.supervision.labeled import DEFAULT_LABELS, evaluate_labeled, load_labeled
+from apollo.supervision.masker import Masker, MaskConfig
+
+log = logging.getLogger(__name__)
+
+
+def _cache_path(cfg: MaskConfig, paths: Paths) -> Path | None:
+    c = cfg.judge.cache
+    if not c:
+        return None
+    p = Path(c)
+    return p if p.is_absolute() else paths.root / p
 
 
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, float]:
     paths = paths or Paths.default()
     p = section(params, "mask")
-    rules_path = p.get("rules")
-    rules = load_rules(project_root() / rules_path if rules_path else None)
+    cfg = MaskConfig.from_params(p)
+    root = project_root()
     trajs = read_trajectories(paths.rollouts / "train.jsonl")
-    from apollo.supervision.quality import check_trajectories
+    from apollo.supervision.quality import check_masks, check_trajectories
 
     check_trajectories(trajs, paths.quality / "trajectories_in.json", tracker)
-    masked = [mask_trajectory(t, rules) for t in trajs]
-    steps = [s for t in masked for s in t.steps]
-    dropped = [s for s in steps if not s.mask.keep]
-    by_cat = Counter(s.mask.category for s in dropped)
-    by_src = Counter(s.mask.source for s in dropped)
-    n = max(1, len(steps))
-    metrics: dict[str, float] = {
-        "mask.steps": len(steps),
-        "mask.dropped": len(dropped),
-        "mask.drop_rate": len(dropped) / n,
-        "mask.kept_fraction": 1 - len(dropped) / n,
-        **{f"mask.drop_rate.{c}": k / n for c, k in by_cat.items()},
-        **{f"mask.drop_rate.source.{c}": k / n for c, k in by_src.items()},
-    }
-    from apollo.supervision.quality import check_masks
-
-    check_masks(masked, min_kept=float(p.get("min_kept_fraction", 0.0)),
-                max_kept=float(p.get("max_kept_fraction", 1.0)), out=paths.quality / "masks.json", tracker=tracker)
+    masker = Masker(cfg, root=root, cache_path=_cache_path(cfg, paths) if cfg.judge.enabled else None)
+    try:
+        masked, metrics = masker.mask(trajs, copy=False)
+        check_masks(masked, min_kept=float(p.get("min_kept_fraction", 0.0)),
+                    max_kept=float(p.get("max_kept_fraction", 1.0)),
+                    max_flagged=float(p.get("max_flagged_fraction", 1.0)),
+                    known_categories=masker.categories, out=paths.quality / "masks.json", tracker=tracker)
+        report = None
+        labeled = p.get("labeled", DEFAULT_LABELS)
+        if labeled and (root / labeled).is_file():
+            report = evaluate_labeled(masker, *load_labeled(root / labeled))
+            metrics.update(report.metrics())
+        elif labeled:
+            log.info("mask: no labeled set at %s; precision/recall not reported", root / labeled)
+    finally:
+        masker.close()
     write_trajectories(paths.masked / "train.jsonl", masked)
-    atomic_write_text(paths.masked / "stats.json", json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(paths.masked / "stats.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    if report is not None:
+        atomic_write_text(paths.masked / "labeled_report.txt", report.table() + "\n")
+        atomic_write_text(paths.masked / "labeled_report.json", json.dumps(report.to_json(), indent=2) + "\n")
+        log.info("mask: labeled set\n%s", report.table())
     if tracker is not None:
         tracker.log_metrics(metrics)
+        tracker.log_artifact(paths.masked / "stats.json", "mask")
+        if report is not None:
+            tracker.log_artifact(paths.masked / "labeled_report.txt", "mask")
+            tracker.log_artifact(paths.masked / "labeled_report.json", "mask")
     return metrics

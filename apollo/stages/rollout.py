@@ -2,7 +2,9 @@
 
 Writes ``data/rollouts/train.jsonl`` (trajectory records with delivered guidance, token traces).
 The guidance store (``data/store/guidance.sqlite``) is the live channel, not an artifact; the
-guidance stage exports what it delivered.
+guidance stage exports what it delivered. ``rollout.guidance.mode`` picks how the workers reach it
+(``store``: directly, the default; ``service``: through the guidance service started in-process;
+``remote``: through a separately started ``apollo serve``), see :mod:`apollo.guidance.runtime`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from statistics import mean
 from typing import Any
 
 from apollo.config import Paths, section
-from apollo.guidance.annotator import AnnotatorConfig, AnnotatorProcess
-from apollo.guidance.store import GuidanceStore
+from apollo.guidance.annotator import AnnotatorConfig
+from apollo.guidance.runtime import current_channel, stage_session
 from apollo.schema import Trajectory, write_trajectories
 from apollo.stages.common import RolloutJob, agent_config, episode, get_engine, run_jobs
 
@@ -60,8 +62,7 @@ def run_one(job: RolloutJob, params: dict[str, Any], paths: Paths | None = None)
         engine = ScriptedEngine(task, noise=float(p.get("noise", 0.3)), seed=job.seed)
     else:
         engine = engine_for(params, p.get("model") or paths.base_model, section_name="rollout")
-    store = GuidanceStore(paths.guidance_store)
-    return episode(task, engine, job, agent_config(p), guidance=store,
+    return episode(task, engine, job, agent_config(p), guidance=current_channel(paths.guidance_store),
                    meta={"stage": "rollout", "sample": job.sample})
 
 
@@ -89,7 +90,8 @@ def finalize(trajs: list[Trajectory], paths: Paths | None = None, tracker=None) 
     return summarize(trajs)
 
 
-def annotator(params: dict[str, Any], paths: Paths | None = None) -> AnnotatorProcess:
+def annotator(params: dict[str, Any], paths: Paths | None = None):
+    """The stage's guidance session (channel + simulated annotator); run_one uses it inside."""
     paths = paths or Paths.default()
     a = section(params, "rollout").get("annotator", {}) or {}
     cfg = AnnotatorConfig(
@@ -97,8 +99,7 @@ def annotator(params: dict[str, Any], paths: Paths | None = None) -> AnnotatorPr
         poll_s=float(a.get("poll_s", 0.2)),
         max_per_trajectory=int(a.get("max_per_trajectory", 3)),
     )
-    GuidanceStore(paths.guidance_store)  # create the schema before two processes race for it
-    return AnnotatorProcess(paths.guidance_store, cfg)
+    return stage_session(section(params, "rollout"), paths.guidance_store, cfg)
 
 
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, float]:

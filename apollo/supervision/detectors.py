@@ -37,7 +37,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from apollo.schema import Step, Trajectory
@@ -101,6 +101,7 @@ class DetectorParams:
 
     regression_min_drop: float = 1.0  # score points (0-100) the next eval must lose
     flag_blocking_foreground: bool = True  # a long job run in the foreground is resource waste
+    foreground_block_s: float = 5.0  # ... when the call blocked the agent this long (tool time)
     flag_busy_polling: bool = True  # check_session_idle twice in a row on a busy job, no sleep
     default_max_evals: int = 3
 
@@ -114,6 +115,7 @@ class DetectorParams:
         return cls(**d)
 
 
+@lru_cache(maxsize=1)
 def _tool_names() -> frozenset[str]:
     from apollo.env.tools import TOOL_SPECS
 
@@ -132,15 +134,28 @@ _WRITE_CMD_RE = re.compile(
 _OUTPUT_ARG_RE = re.compile(r"(?:--(?:output|out|output[-_]dir|out[-_]dir|save[-_]path|dst|dest)|(?<=\s)-o)(?:=|\s+)(\S+)")
 _PY_WRITES_RE = re.compile(r"open\([^)]*['\"][wa]b?\+?['\"]|\.write(?:_text|_bytes)?\(|\.save\(|json\.dump\(|to_(?:csv|json|parquet)\(")
 _VIEW_CMD_RE = re.compile(r"(?:^|[\s;&|(])(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff)(?=\s)")
+_DOC_RE = re.compile(r"\.(md|rst)$|(^|/)(notes?|NOTES?|README)(\.\w+)?$")
+_CP_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])")
+_PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
+_VLLM_RE = re.compile(r"\bvllm\b", re.IGNORECASE)
+_SED_I_RE = re.compile(r"\bsed\s+(?:-\w*\s+)*-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+(\S+)")
+_TOKEN_SPLIT_RE = re.compile(r"[\s;&|<>()'\"]+")
+_EXIT0_RE = re.compile(r"finished, exit code 0\b")
 _ECHO_RE = re.compile(r"^\$ .*$", re.MULTILINE)
 _MODULE_RUN_RE = re.compile(r"\bpython3?\s+(?:-[uBO]+\s+)*-m\s+(?!pip\b)([\w.]+)|(?:^|[\s;&|(])\./([\w./-]+)")
 _SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing running", "Stopped '")
 
 
 def _norm_path(p: Any) -> str:
-    if not isinstance(p, str) or not p.strip():
+    return _norm_str(p) if isinstance(p, str) else ""
+
+
+@lru_cache(maxsize=8192)
+def _norm_str(p: str) -> str:
+    p = p.strip().strip("'\"")
+    if not p:
         return ""
-    p = os.path.normpath(p.strip().strip("'\""))
+    p = os.path.normpath(p)
     return p[2:] if p.startswith("./") else p
 
 
@@ -157,10 +172,21 @@ class Facts:
         self.task = task or TaskInfo()
         self.steps = traj.steps
         self.n = len(traj.steps)
-        self.tools: list[str | None] = [s.action.tool for s in traj.steps]
-        self.args: list[dict[str, Any]] = [s.action.arguments if isinstance(s.action.arguments, dict) else {}
-                                           for s in traj.steps]
-        self.obs: list[str] = [s.observation.text for s in traj.steps]
+        self.tools: list[str | None] = []
+        self.args: list[dict[str, Any]] = []
+        self.obs: list[str] = []
+        self.oks: list[bool] = []  # the tool ran: valid call, not refused, no tool error
+        self.commands: list[str] = []  # run_command's command ("" otherwise)
+        for s in traj.steps:
+            a, o = s.action, s.observation
+            args = a.arguments if isinstance(a.arguments, dict) else {}
+            self.tools.append(a.tool)
+            self.args.append(args)
+            self.obs.append(o.text)
+            self.oks.append(a.tool is not None and a.parse_error is None and not o.refused
+                            and not o.text.startswith(("Error:", "Refused:", "Invalid action:")))
+            c = args.get("command") if a.tool == "run_command" else None
+            self.commands.append(c if isinstance(c, str) else "")
 
     # -- task text ------------------------------------------------------------------------------
     @cached_property
@@ -196,7 +222,7 @@ class Facts:
     def vllm_available(self) -> bool:
         if self.task.vllm_available is not None:
             return self.task.vllm_available
-        rx = re.compile(r"\bvllm\b", re.IGNORECASE)
+        rx = _VLLM_RE
         if rx.search(self.description):
             return True
         # what the environment showed (not the agent's own command echoed as "$ ...")
@@ -205,13 +231,10 @@ class Facts:
     # -- per-step -------------------------------------------------------------------------------
     def ok(self, i: int) -> bool:
         """The tool ran (not refused, no tool error, valid call)."""
-        s = self.steps[i]
-        t = self.obs[i]
-        return s.action.valid and not s.observation.refused and not t.startswith(("Error:", "Refused:", "Invalid action:"))
+        return self.oks[i]
 
     def command(self, i: int) -> str:
-        c = self.args[i].get("command") if self.tools[i] == "run_command" else None
-        return c if isinstance(c, str) else ""
+        return self.commands[i]
 
     def background(self, i: int) -> bool:
         """A run_command that keeps running after the call returned."""
@@ -242,7 +265,7 @@ class Facts:
             return []
         out = [_norm_path(m) for m in _REDIRECT_RE.findall(cmd)]
         out += [_norm_path(m) for m in _OUTPUT_ARG_RE.findall(cmd)]
-        for m in re.finditer(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])", cmd):
+        for m in _CP_RE.finditer(cmd):
             parts = m.group(1).split()
             if len(parts) >= 2:
                 out.append(_norm_path(parts[-1]))
@@ -257,7 +280,7 @@ class Facts:
             if not self.ok(i):
                 out.append(False)
             elif tool in ("create_file", "edit_file"):
-                out.append(True)
+                out.append(not _DOC_RE.search(_norm_path(self.args[i].get("path"))))  # notes change no result
             elif tool == "run_command":
                 cmd = self.command(i)
                 w = self.background(i) or bool(_WRITE_CMD_RE.search(cmd) or self.written_paths(i))
@@ -265,7 +288,7 @@ class Facts:
                     for script in self.script_runs(i):
                         known = self.scripts.get(script)
                         w = w or known is None or known  # an unknown script may write anything
-                if not w and re.search(r"\bpython3?\s+-c\b", cmd):
+                if not w and _PY_C_RE.search(cmd):
                     w = bool(_PY_WRITES_RE.search(cmd))
                 out.append(w)
             else:
@@ -421,18 +444,30 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
         else:
             code = f.args[i].get("content")
             code = code if isinstance(code, str) else ""
-        if _HF_CODE_RE.search(code) and _GEN_CODE_RE.search(code) and not re.search(r"\bvllm\b", code, re.I):
+        if _HF_CODE_RE.search(code) and _GEN_CODE_RE.search(code) and not _VLLM_RE.search(code):
             what = "code" if tool == "run_command" else _norm_path(f.args[i].get("path"))
             out.append(_drop(i, "inefficient_inference",
                              f"writes transformers .generate/pipeline inference ({what}) although vLLM is available"))
     return out
 
 
+@lru_cache(maxsize=None)
+def _spec_checks(tool: str) -> tuple[tuple[str, ...], frozenset[str], tuple[str, ...]] | None:
+    """(required params, known params, string params that must not be empty) of a tool."""
+    from apollo.env.tools import REQUIRED, TOOL_SPECS
+
+    spec = TOOL_SPECS.get(tool)
+    if spec is None:
+        return None
+    required = tuple(n for n, (_, d) in spec.params.items() if d is REQUIRED)
+    nonempty = tuple(n for n, (t, _) in spec.params.items()
+                     if t is str and n in ("command", "path", "thought", "query", "session_id"))
+    return required, frozenset(spec.params), nonempty
+
+
 @register("invalid_action")
 def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """No tool call, an empty response, an unknown tool, missing/unknown/empty arguments."""
-    from apollo.env.tools import REQUIRED, TOOL_SPECS
-
     known = f.task.tools or _tool_names()
     out: list[Finding] = []
     for i, s in enumerate(f.steps):
@@ -447,13 +482,13 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
         elif not isinstance(a.arguments, dict):
             reason = "arguments are not an object"
         else:
-            spec = TOOL_SPECS.get(a.tool)
-            if spec is not None:
-                missing = [n for n, (_, d) in spec.params.items() if d is REQUIRED and a.arguments.get(n) is None]
-                unknown = sorted(set(a.arguments) - set(spec.params))
-                empty = [n for n, (t, _) in spec.params.items()
-                         if t is str and n in ("command", "path", "thought", "query", "session_id")
-                         and isinstance(a.arguments.get(n), str) and not a.arguments[n].strip()]
+            checks = _spec_checks(a.tool)  # type: ignore[arg-type]
+            if checks is not None:
+                required, params, nonempty = checks
+                args = a.arguments
+                missing = [n for n in required if args.get(n) is None]
+                unknown = sorted(k for k in args if k not in params)
+                empty = [n for n in nonempty if isinstance(args.get(n), str) and not args[n].strip()]
                 if missing:
                     reason = f"{a.tool} is missing required argument(s) {missing}"
                 elif unknown:
@@ -504,13 +539,13 @@ def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Fin
                 out.append(_drop(i, "blind_edit", f"edited {path} without viewing it first (open_file it before editing)"))
         elif tool == "run_command":
             cmd = f.command(i)
-            tokens = [_norm_path(t) for t in re.split(r"[\s;&|<>()'\"]+", cmd) if t]
-            m = re.search(r"\bsed\s+(?:-\w*\s+)*-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+(\S+)", cmd)
+            m = _SED_I_RE.search(cmd) if "sed" in cmd else None
             if m:
                 path = _norm_path(m.group(1))
                 if path not in known:
                     out.append(_drop(i, "blind_edit", f"edited {path} in place (sed -i) without viewing it first"))
             elif _VIEW_CMD_RE.search(cmd):
+                tokens = [_norm_path(t) for t in _TOKEN_SPLIT_RE.split(cmd) if t]
                 known.update(t for t in tokens if "." in t or "/" in t)
             known.update(f.written_paths(i))  # files it produced itself
     return out
@@ -536,7 +571,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 and " is busy" in f.obs[i - 1] and f.session(i - 1) == f.session(i):
             out.append(_drop(i, "resource_waste", "polled a busy session again without waiting (busy polling)"))
         elif tool in ("check_session_idle", "get_session_output") and f.session(i) in started:
-            if re.search(r"finished, exit code 0\b", f.obs[i]):
+            if _EXIT0_RE.search(f.obs[i]):
                 cmd, at = started.pop(f.session(i))
                 done_cmds[cmd] = at
             elif any(k in f.obs[i] for k in _SESSION_DONE):
@@ -547,11 +582,13 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             if cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran '{_short(cmd)}' (done at step {done_cmds[cmd]}) with nothing changed since"))
-            elif p.flag_blocking_foreground and wait is not False and str(wait).lower() != "false" \
-                    and "[still running in background session" in f.obs[i]:
-                out.append(_drop(i, "resource_waste",
-                                 "ran a long job in the foreground, blocking the agent; start it with "
-                                 "wait_for_completion=false and do other work meanwhile"))
+            elif p.flag_blocking_foreground and wait is not False and str(wait).lower() != "false":
+                st = f.steps[i]
+                blocked = max(0.0, st.wall_time_s - st.gen_time_s)
+                if "[still running in background session" in f.obs[i] or blocked >= p.foreground_block_s:
+                    out.append(_drop(i, "resource_waste",
+                                     f"ran a long job in the foreground (blocked the agent {blocked:.0f} s); start it "
+                                     "with wait_for_completion=false and do other work meanwhile"))
             if f.writes[i]:
                 done_cmds.clear()
             obs = f.steps[i].observation
@@ -597,7 +634,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if f.ok(i):
             used += 1
             last_eval = i
-            changed = False
+            changed = bool(pend)  # a job still running then will change the result when it ends
     return out
 
 

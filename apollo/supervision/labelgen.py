@@ -77,6 +77,70 @@ class Scenario:
     workspace: dict[str, Any] = field(default_factory=dict)  # Workspace kwargs (e.g. command_timeout_s)
 
 
+@dataclass
+class Scripted:
+    """An episode of the noisy scripted agent, run by the real ReAct loop (the rollout stage's code
+    path with ``engine: scripted``) while the simulated annotator watches. Labels are given for the
+    steps to drop (every other step is labeled keep); ``tools`` asserts the run took the labeled path.
+    """
+
+    id: str
+    task: str
+    seed: int
+    tools: list[str | None]
+    drops: dict[int, Label]
+    noise: float = 0.4
+
+
+class _Annotator:
+    """An in-process guidance channel: the simulated annotator's rule, checked after every step."""
+
+    def __init__(self, task: Any):
+        self.task = task
+        self.history: list[tuple[str, dict[str, Any], str]] = []
+        self.sent: list[str] = []
+        self.pending: list[Guidance] = []
+
+    def register(self, trajectory_id: str, task_id: str, **_: Any) -> None: ...
+
+    def end(self, trajectory_id: str, status: str = "finished", **_: Any) -> None: ...
+
+    def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
+                  observation: str, **_: Any) -> None:
+        from apollo.env.scripted import check_deviation
+
+        self.history.append((tool or "", arguments, observation))
+        g = check_deviation(self.task, self.history)
+        if g is not None and g not in self.sent:
+            self.sent.append(g)
+            self.pending.append(Guidance(guidance_id=f"g{step_index + 1}", text=g, created_at=time.time()))
+
+    def take_pending(self, trajectory_id: str, step_index: int) -> list[Guidance]:
+        out, self.pending = self.pending, []
+        now = time.time()
+        return [g.model_copy(update={"delivered_at": now, "delivered_step": step_index}) for g in out]
+
+
+def run_scripted(scn: Scripted, task: Any, root: Path) -> tuple[Trajectory, list[dict[str, Any]]]:
+    from apollo.agent.react import AgentConfig, run_episode
+    from apollo.engines.scripted import ScriptedEngine
+
+    engine = ScriptedEngine(task, noise=scn.noise, seed=scn.seed)
+    traj = run_episode(task, engine, guidance=_Annotator(task), config=AgentConfig(max_steps=task.max_steps),
+                       seed=scn.seed, trajectory_id=f"labeled-{scn.id}", workspace_root=root,
+                       meta={"labeled": True, "scenario": scn.id})
+    traj.meta["mistakes"] = list(engine.agent.mistakes)
+    tools = [s.action.tool for s in traj.steps]
+    if tools != scn.tools:
+        raise RuntimeError(f"{scn.id}: the episode took another path than labeled: {tools}")
+    labels = []
+    for s in traj.steps:
+        lab = scn.drops.get(s.index, K)
+        labels.append({"trajectory_id": traj.trajectory_id, "step": s.index, "tool": s.action.tool, "keep": lab.keep,
+                       "categories": list(lab.categories), "rule": lab.rule, "note": lab.note})
+    return traj, labels
+
+
 # --- synthetic LLM-inference tasks (not in the mini suite: no hidden eval, no reference plan) ------
 _GEN_SCRIPT = '''"""Answer each prompt with the teacher model; write one JSON line per prompt."""
 
@@ -98,8 +162,8 @@ def main() -> None:
     args = ap.parse_args()
     prompts = [json.loads(ln) for ln in Path(args.prompts).read_text().splitlines() if ln.strip()]
     t0 = time.time()
-    # the teacher is simulated here: per-call latency of sequential HF generate vs. batched vLLM
-    time.sleep(0.08 * len(prompts) if args.backend == "hf" else 0.3)
+    # the teacher is simulated: latency of one-by-one generate vs. a batched engine
+    time.sleep(0.08 * len(prompts) if args.backend == "hf" else 0.3)  # simulated latency
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps({{"id": p["id"], "prompt": p["prompt"], "answer": "..."}}) + "\\n"
@@ -303,22 +367,18 @@ SCENARIOS: list[Scenario] = [
         A("Read the training config.", "open_file", {"path": "config.json"}, K),
         A("Sparse reward learns little; add trap penalty, step cost, shaping.", "edit_file",
           {"path": "reward.py", "start_line": 7, "end_line": 10, "content": REWARD}, K),
-        A("Train twice as long for a better policy.", "edit_file",
-          {"path": "config.json", "start_line": 4, "end_line": 4, "content": '  "episodes": 160,'}, K),
-        A("Train for longer: more chunks.", "edit_file",
-          {"path": "config.json", "start_line": 9, "end_line": 9, "content": '  "chunks": 40,'}, K),
         A("Train the agent.", "run_command", {"command": RD_TRAIN},
-          D("resource_waste", note="12 s job run in the foreground"), expect="still running in background session"),
+          D("resource_waste", note="6 s job run in the foreground (3 s wait)"), expect="still running in background session"),
         A("Check whether training finished.", "check_session_idle", {"session_id": "default"}, K, expect="is busy"),
         A("Check again.", "check_session_idle", {"session_id": "default"},
           D("resource_waste", note="busy polling without waiting"), expect="is busy"),
         A("Print the policy stats meanwhile.", "run_command", {"command": "ls -l output"},
           D("explicit_failure", rule="tool_error", note="session busy"), expect="is busy with"),
-        A("Wait for training to finish.", "sleep", {"seconds": 10}, K),
+        A("Wait for training to finish.", "sleep", {"seconds": 5}, K),
         A("Check whether training finished.", "check_session_idle", {"session_id": "default"}, K, expect="is idle"),
         A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
         A("The task is done.", "finish", {}, K),
-    ]),
+    ], workspace={"wait_s": 3.0}),
     Scenario("dc-early-eval-ignore-script", "dc-train-01", [
         A("List the workspace files.", "list_files", {"path": "."}, K),
         A("Read the dataset builder.", "open_file", {"path": "scripts/build_dataset.py"}, K),
@@ -345,6 +405,14 @@ SCENARIOS: list[Scenario] = [
         A("Read the generation script.", "open_file", {"path": "scripts/generate.py"}, K),
         A("Generate the answers with transformers.", "run_command", {"command": GEN + " --backend hf"},
           D("inefficient_inference"), expect="backend=hf"),
+        A("Check that the vLLM package is importable.", "run_command", {"command": "pip list 2>/dev/null | grep -i vllm"},
+          K),
+        A("Try one prompt with a transformers pipeline.", "run_command",
+          {"command": "python -c \"from transformers import pipeline; g = pipeline('text-generation', "
+                      "model='models/teacher'); print(g('Explain concept 0.')[0])\""},
+          D("inefficient_inference", "runtime_error", rule="runtime_error",
+            note="HF pipeline while vLLM is installed (and transformers is missing in the sandbox)"),
+          expect="Traceback"),
         G("Use --backend vllm; it batches the prompts and is much faster than transformers generate."),
         A("Generate with vLLM as advised.", "run_command", {"command": GEN + " --backend vllm"}, K, expect="backend=vllm"),
         A("Write my own script for extra answers.", "create_file", {"path": "gen_extra.py", "content": HF_CODE},
@@ -393,23 +461,105 @@ SCENARIOS: list[Scenario] = [
           D("improper_eval", "violate_instruction", note="nothing changed; guidance said finish")),
         A("The task is done.", "finish", {}, K),
     ]),
+    Scenario("ld-regression", "ld-train-02", [
+        A("Read the training config.", "open_file", {"path": "config.json"}, K),
+        A("Read the training script and its losses.", "open_file", {"path": "scripts/train.py"}, K),
+        A("Outliers hurt mse; switch to huber with delta 1.5.", "edit_file",
+          {"path": "config.json", "start_line": 3, "end_line": 4, "content": HUBER.replace("0.5", "1.5")}, K),
+        A("Start training in the background.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False}, K),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score=80"),
+        A("A larger delta may fit the clean points better.", "edit_file",
+          {"path": "config.json", "start_line": 4, "end_line": 4, "content": '  "delta": 40.0,'},
+          D("performance_regression", note="next eval lower")),
+        A("Start training in the background.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False},
+          D("performance_regression", note="trains the worse config")),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The larger delta is worse; go back to 1.5.", "edit_file",
+          {"path": "config.json", "start_line": 4, "end_line": 4, "content": '  "delta": 1.5,'}, K),
+        A("Start training in the background.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False}, K),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("The task is done.", "finish", {}, K),
+    ]),
+    Scenario("ld-background-crash", "ld-train-01", [
+        A("Read the training config.", "open_file", {"path": "config.json"}, K),
+        A("Read the training script and its losses.", "open_file", {"path": "scripts/train.py"}, K),
+        A("Outliers hurt mse; switch to huber with delta 0.5.", "edit_file",
+          {"path": "config.json", "start_line": 3, "end_line": 4, "content": HUBER}, K),
+        A("Start training in the background.", "run_command",
+          {"command": "python scripts/train.py --config configs/huber.json", "session_id": "train",
+           "wait_for_completion": False},
+          D("runtime_error", rule="runtime_error", note="the job crashes: no configs/huber.json"),
+          expect="Started in background"),
+        A("Wait for training to finish.", "sleep", {"seconds": 3}, K),
+        A("Read the training log.", "get_session_output", {"session_id": "train"}, K, expect="Traceback"),
+        A("The config is config.json; start training again.", "run_command",
+          {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False}, K),
+        A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
+        A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
+        A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
+        A("The task is done.", "finish", {}, K),
+    ]),
     Scenario("ld-sed-overwrite-timeout", "ld-train-01", [
         A("Switch the loss to huber in place.", "run_command",
           {"command": "sed -i 's/\"mse\"/\"huber\"/' config.json"}, D("blind_edit", note="sed -i on an unseen file")),
         A("Read the training config.", "open_file", {"path": "config.json"}, K),
-        A("Train longer: 60 epochs.", "edit_file",
-          {"path": "config.json", "start_line": 6, "end_line": 6, "content": '  "epochs": 60,'}, K),
         A("Use a smaller delta for huber.", "run_command",
           {"command": "sed -i 's/\"delta\": 1.0/\"delta\": 0.5/' config.json"}, K),
         A("Train the model.", "run_command", {"command": LD_TRAIN, "wait_for_completion": True},
-          D("explicit_failure", rule="command_timeout", note="killed at the 8 s limit"), expect="killed after"),
+          D("explicit_failure", rule="command_timeout", note="killed at the 4 s limit"), expect="killed after"),
         A("Replace the training script with a faster one.", "create_file",
           {"path": "scripts/train.py", "content": "print('training finished; wrote output/model.json')\n"},
           D("blind_edit", note="overwrote scripts/train.py without reading it"), expect="Overwrote"),
         A("Write down what changed.", "create_file", {"path": "notes.md", "content": "huber, delta 0.5, 60 epochs\n"},
           K, expect="Created"),
         A("The task is done.", "finish", {}, K),
-    ], workspace={"command_timeout_s": 8.0, "wait_s": 10.0}),
+    ], workspace={"command_timeout_s": 4.0}),
+]
+
+
+# Noisy scripted-agent episodes (labels written after reading each episode; see `apollo mask explain`).
+_EV, _FIN = "eval", "finish"
+SCRIPTED: list[Scripted] = [
+    Scripted("scripted-df-02-s1", "df-train-02", 1,
+             ["ls", "list_files", "open_file", "run_command", "run_command", _EV, _EV, _FIN],
+             {0: D("invalid_action", rule="invalid_tool_call"), 6: D("improper_eval", note="eval twice")}),
+    Scripted("scripted-dc-02-s3", "dc-train-02", 3,
+             ["ls", "list_files", "open_file", "open_file", "run_command", "run_command", "run_command", _EV, _FIN],
+             {0: D("invalid_action", rule="invalid_tool_call"), 4: D("ignore_script", note="cp instead of the builder")}),
+    Scripted("scripted-sc-02-s4", "sc-train-02", 4,
+             ["read_file", "open_file", "open_file", "edit_file", "open_file", "run_command", _EV, _FIN],
+             {0: D("invalid_action", rule="invalid_tool_call"), 3: D("blind_edit", note="scaffold.json not opened")}),
+    Scripted("scripted-ld-02-s7", "ld-train-02", 7,
+             ["open_file", "open_file", "run_command", "edit_file", "open_file", "run_command", "sleep",
+              "check_session_idle", "get_session_output", _EV, _EV, _FIN],
+             {0: D("invalid_action", rule="invalid_tool_call"),
+              2: D("resource_waste", note="training in the foreground; the task says run it in the background"),
+              3: D("blind_edit", note="config.json not opened"), 10: D("improper_eval", note="eval twice")}),
+    Scripted("scripted-rd-02-s8", "rd-train-02", 8,
+             ["open_file", _EV, "edit_file", "open_file", "run_command", "sleep", "check_session_idle", "read_output",
+              "get_session_output", _EV, _EV, _FIN],
+             {1: D("improper_eval", note="before any change"), 2: D("blind_edit", note="reward.py not opened"),
+              7: D("invalid_action", rule="invalid_tool_call"), 10: D("improper_eval", note="eval twice")}),
+    Scripted("scripted-rd-03-s9", "rd-train-03", 9,
+             ["open_file", "open_file", "open_file", "edit_file", "run_command", _EV, "sleep", "check_session_idle",
+              "get_session_output", _EV, _EV, _FIN],
+             {1: D("invalid_action", rule="invalid_tool_call"), 5: D("improper_eval", note="training still running"),
+              10: D("improper_eval", note="eval twice")}),
+    Scripted("scripted-ld-01-s10", "ld-train-01", 10,
+             ["open_file", "open_file", "edit_file", "bash", "run_command", _EV, "sleep", "check_session_idle",
+              "get_session_output", _EV, _EV, _FIN],
+             {3: D("invalid_action", rule="invalid_tool_call"), 5: D("improper_eval", note="training still running"),
+              10: D("improper_eval", note="eval twice")}),
+    Scripted("scripted-df-03-s5", "df-train-03", 5,
+             ["list_files", "open_file", "run_command", "run_command", _EV, _FIN], {}),
 ]
 
 
@@ -479,6 +629,13 @@ def generate(out_dir: Path, only: list[str] | None = None) -> tuple[Path, Path]:
             task = synthetic.get(scn.task) or load_task(scn.task)
             t, rows = run_scenario(scn, task, tmp_path / "ws")
             print(f"{scn.id}: {len(t.steps)} steps, evals {[e.score for e in t.evals]}")
+            trajs.append(t)
+            labels.extend(rows)
+        for sc in SCRIPTED:
+            if only and sc.id not in only:
+                continue
+            t, rows = run_scripted(sc, load_task(sc.task), tmp_path / "ws")
+            print(f"{sc.id}: {len(t.steps)} steps, mistakes {t.meta['mistakes']}, evals {[e.score for e in t.evals]}")
             trajs.append(t)
             labels.extend(rows)
     out_dir.mkdir(parents=True, exist_ok=True)

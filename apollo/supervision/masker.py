@@ -37,7 +37,7 @@ from apollo.supervision.detectors import (
     get_detectors,
 )
 from apollo.supervision.judge import Judge, JudgeConfig, JudgeRequest, candidates, judged_categories
-from apollo.supervision.symbolic import RuleSet, _evidence
+from apollo.supervision.symbolic import RuleSet, _evidence, background_failures
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,11 @@ class Masker:
                 rule, ev = hit
                 per_step[s.index].append(Finding(s.index, rule.category, "symbolic", False,
                                                  f"{rule.reason} [{rule.id}: {_evidence(ev)}]", rule.id))
+        for start, rule, ev, seen in background_failures(traj, self.rules, tid, dom):
+            if all(f.source != "symbolic" for f in per_step[start]):
+                per_step[start].append(Finding(start, rule.category, "symbolic", False,
+                                               f"background job failed, seen at step {seen}: {rule.reason} "
+                                               f"[{rule.id}: {_evidence(ev)}]", rule.id))
         if self.rule_detectors:
             f = facts or Facts(traj, self.task_info(traj))
             p = self.cfg.detector_params
@@ -173,15 +178,26 @@ class Masker:
     def decide(self, findings: list[Finding]) -> MaskDecision:
         return combine(findings, self.order, has_rules=bool(self.detectors))
 
-    def mask(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
-        """Copies of the trajectories with ``steps[*].mask`` set, and stage metrics."""
+    def mask(self, trajs: list[Trajectory], *, copy: bool = True) -> tuple[list[Trajectory], dict[str, float]]:
+        """The trajectories with ``steps[*].mask`` set, and stage metrics.
+
+        ``copy=True`` returns new trajectory/step objects (the inputs keep their masks; unchanged
+        fields are shared); ``copy=False`` sets the masks on the given trajectories (the stage,
+        which does not need the input again).
+        """
         t0 = time.perf_counter()
         judge_before = dict(self.judge.stats) if self.judge is not None else {}
         analysis = self.analyze(trajs)
         masked: list[Trajectory] = []
+        decide = self.decide
         for t, per_step in zip(trajs, analysis):
-            steps = [s.model_copy(update={"mask": self.decide(fs)}) for s, fs in zip(t.steps, per_step)]
-            masked.append(t.model_copy(update={"steps": steps}))
+            if copy:
+                steps = [s.model_copy(update={"mask": decide(fs)}) for s, fs in zip(t.steps, per_step)]
+                masked.append(t.model_copy(update={"steps": steps}))
+            else:
+                for s, fs in zip(t.steps, per_step):
+                    s.mask = decide(fs)
+                masked.append(t)
         elapsed = time.perf_counter() - t0
         stats = self.metrics(masked, analysis, elapsed)
         if self.judge is not None:

@@ -6,7 +6,8 @@ pipeline with a short readable summary and leaves the previous outputs intact.
 Suites:
 * ``trajectories`` — scores in 0–100, non-empty assistant turns, step indices increasing by one,
   guidance pointing at existing steps, final ≤ best.
-* ``masks`` — every drop has a reason and a category, the kept fraction within configured bounds.
+* ``masks`` — every step masked; every drop has a reason and a known category; sources valid; the
+  kept fraction (and the judge-flagged fraction) within configured bounds.
 * ``dataset`` — every example has at least one trained token, lengths within the context limit,
   upsampling counts as configured.
 
@@ -154,7 +155,10 @@ def check_trajectories(trajs: list[Trajectory], out: Path | None = None, tracker
 
 # --------------------------------------------------------------------------------------- masks
 def check_masks(trajs: list[Trajectory], *, min_kept: float = 0.0, max_kept: float = 1.0,
+                known_categories: list[str] | None = None, max_flagged: float = 1.0,
                 out: Path | None = None, tracker: Any = None) -> QualityReport:
+    """Every step masked; every drop with a reason and a (known) category; kept and flagged
+    fractions within bounds."""
     import great_expectations as gx
     import pandas as pd
 
@@ -163,18 +167,28 @@ def check_masks(trajs: list[Trajectory], *, min_kept: float = 0.0, max_kept: flo
     for t in trajs:
         for s in t.steps:
             m = s.mask
+            drop = m is not None and not m.keep
             rows.append({"has_mask": m is not None, "keep": float(m.keep) if m else None,
-                         "drop_has_reason": True if (m is None or m.keep) else bool(m.reason.strip()),
-                         "drop_has_category": True if (m is None or m.keep) else bool(m.category)})
-    df = pd.DataFrame(rows, columns=["has_mask", "keep", "drop_has_reason", "drop_has_category"])
-    exps = {"masks": [
+                         "source": m.source if m else None,
+                         "drop_category": (m.category or "<none>") if drop else None,
+                         "flagged": float(m.flagged) if m else None,
+                         "drop_has_reason": True if not drop else bool(m.reason.strip()),
+                         "drop_has_category": True if not drop else bool(m.category)})
+    cols = ["has_mask", "keep", "source", "drop_category", "flagged", "drop_has_reason", "drop_has_category"]
+    df = pd.DataFrame(rows, columns=cols)
+    exps = [
         E.ExpectTableRowCountToBeBetween(min_value=1),
         E.ExpectColumnValuesToBeInSet(column="has_mask", value_set=[True]),
         E.ExpectColumnValuesToBeInSet(column="drop_has_reason", value_set=[True]),
         E.ExpectColumnValuesToBeInSet(column="drop_has_category", value_set=[True]),
+        E.ExpectColumnValuesToBeInSet(column="source", value_set=["symbolic", "rule", "llm"]),
         E.ExpectColumnMeanToBeBetween(column="keep", min_value=min_kept, max_value=max_kept),
-    ]}
-    return _check(_validate("masks", {"masks": df}, exps), out, tracker)
+    ]
+    if known_categories is not None:
+        exps.append(E.ExpectColumnValuesToBeInSet(column="drop_category", value_set=sorted(known_categories)))
+    if max_flagged < 1.0:
+        exps.append(E.ExpectColumnMeanToBeBetween(column="flagged", min_value=0.0, max_value=max_flagged))
+    return _check(_validate("masks", {"masks": df}, {"masks": exps}), out, tracker)
 
 
 # ------------------------------------------------------------------------------------- dataset

@@ -128,36 +128,96 @@ def _scoped_pattern(p: re.Pattern[str]) -> str:
     return f"(?:{src})"
 
 
+def _start_anchored(src: str) -> bool:
+    """True when a pattern can only match at the start of the text (``\\A…`` without a top-level ``|``)."""
+    m = re.match(r"\(\?[aiLmsux]+\)", src)
+    if m:
+        src = src[m.end():]
+    if not src.startswith("\\A"):
+        return False
+    depth, i, in_class = 0, 0, False
+    while i < len(src):
+        c = src[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return False
+        i += 1
+    return True
+
+
+def _join(pats: list[re.Pattern[str]]) -> re.Pattern[str] | None:
+    return re.compile("|".join(_scoped_pattern(p) for p in pats), re.MULTILINE) if pats else None
+
+
 class RuleSet:
-    """Compiled rules with a prefilter: the fast path of :func:`symbolic_decision`."""
+    """Compiled rules with prefilters: the fast path of :func:`symbolic_decision`.
+
+    For each (tool, non-zero exit) pair the pattern rules that can apply are joined into one
+    regex; a step whose observation does not match it (the common case) is decided by a single
+    search, and a step that does is checked rule by rule, in file order.
+    """
 
     def __init__(self, rules: Sequence[Rule]):
         self.rules = list(rules)
         self.categories = sorted({r.category for r in self.rules})
-        pats = [r.pattern for r in self.rules if r.pattern is not None]
-        self.prefilter: re.Pattern[str] | None = None
-        if pats and not any(re.search(r"\\[1-9]|\(\?P=", p.pattern) for p in pats):  # no backreferences
-            try:
-                self.prefilter = re.compile("|".join(_scoped_pattern(p) for p in pats), re.MULTILINE)
-            except re.error:
-                self.prefilter = None
+        self._plans: dict[tuple[str | None, bool], tuple[list[Rule], Any, bool]] = {}
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> RuleSet:
         return cls(load_rules(path))
 
-    def first_match(self, step: Step, task_id: str | None = None, domain: str | None = None) -> tuple[Rule, str] | None:
-        """The first rule (in file order) that matches the step, with its evidence."""
+    def _plan(self, tool: str | None, nonzero: bool) -> tuple[list[Rule], Any, bool]:
+        """(rules that can apply, (start prefilter, body prefilter), whether prefilters are usable).
+
+        Patterns anchored at the start (``\\A``) go into a prefilter used with ``match`` (one
+        position), the others into one used with ``search``.
+        """
+        key = (tool, nonzero)
+        plan = self._plans.get(key)
+        if plan is None:
+            rules = [r for r in self.rules if (r.tools is None or tool in r.tools)
+                     and not (r.nonzero_exit and not nonzero)]
+            pats = [r.pattern for r in rules if r.pattern is not None]
+            pre: Any = (None, None)
+            usable = not any(re.search(r"\\[1-9]|\(\?P=", p.pattern) for p in pats)  # no backreferences
+            if usable:
+                try:
+                    pre = (_join([p for p in pats if _start_anchored(p.pattern)]),
+                           _join([p for p in pats if not _start_anchored(p.pattern)]))
+                except re.error:
+                    usable = False
+            plan = self._plans[key] = (rules, pre, usable)
+        return plan
+
+    def first_match(self, step: Step, task_id: str | None = None, domain: str | None = None,
+                    tool: str | None = None) -> tuple[Rule, str] | None:
+        """The first rule (in file order) that matches the step, with its evidence.
+
+        ``tool`` overrides the step's tool for the scope filters (background-job output is matched
+        as the output of the ``run_command`` that started the job).
+        """
         obs = step.observation
         action = step.action
-        tool = action.tool
+        tool = tool or action.tool
+        rules, (start, body), usable = self._plan(tool, bool(obs.exit_code))
         text_hit = True
-        if self.prefilter is not None:
-            text_hit = self.prefilter.search(obs.text) is not None
+        if usable:
+            text = obs.text
+            text_hit = bool((start is not None and start.match(text)) or (body is not None and body.search(text)))
         invalid = action.tool is None or action.parse_error is not None
         if not (text_hit or invalid or obs.refused):
             return None
-        for rule in self.rules:
+        for rule in rules:
             if rule.when == "pattern" and not text_hit:
                 continue
             if not rule.applies(tool, task_id, domain):
@@ -166,6 +226,42 @@ class RuleSet:
             if ev is not None:
                 return rule, ev
         return None
+
+
+_SESSION_TOOLS = ("get_session_output", "check_session_idle")
+
+
+def background_failures(traj: Any, rules: RuleSet, task_id: str | None = None,
+                        domain: str | None = None) -> list[tuple[int, Rule, str, int]]:
+    """Failures of background jobs, attributed to the step that started them.
+
+    A ``run_command`` that returned while its command kept running (``wait_for_completion=false``
+    or past the wait) shows its outcome only later, in ``get_session_output`` /
+    ``check_session_idle``. Those observations are matched with the pattern rules as if they were
+    the starting command's output; each failing start is reported once:
+    ``[(start_step, rule, evidence, seen_at_step)]``. The log-reading steps themselves stay kept.
+    """
+    started: dict[str, int] = {}  # session → step of the background command
+    out: dict[int, tuple[int, Rule, str, int]] = {}
+    for s in traj.steps:
+        a = s.action
+        if a.tool != "run_command" and a.tool not in _SESSION_TOOLS:
+            continue
+        args = a.arguments if isinstance(a.arguments, dict) else {}
+        sid = args.get("session_id", "default")
+        sid = sid if isinstance(sid, str) and sid else "default"
+        text = s.observation.text
+        if a.tool == "run_command" and a.valid and not s.observation.refused and not text.startswith("Error:"):
+            wait = args.get("wait_for_completion", True)
+            if wait is False or str(wait).lower() == "false" or "[still running in background session" in text:
+                started[sid] = s.index
+            else:
+                started.pop(sid, None)
+        elif a.tool in _SESSION_TOOLS and sid in started and started[sid] not in out:
+            hit = rules.first_match(s, task_id, domain, tool="run_command")
+            if hit is not None and hit[0].when == "pattern":
+                out[started[sid]] = (started[sid], hit[0], hit[1], s.index)
+    return sorted(out.values(), key=lambda x: x[0])
 
 
 def _as_ruleset(rules: RuleSet | Iterable[Rule]) -> RuleSet:

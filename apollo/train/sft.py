@@ -21,9 +21,22 @@ Logits are computed only at the positions that predict a trained token (``lm_hea
 hidden states), which saves most of the output-layer cost when only actions are trained.
 
 The optimizer step lives behind a tiny engine interface (``backward(loss)``, ``step()``,
-``get_lr()``) that matches a DeepSpeed engine, so one can replace :class:`TorchEngine` later (with
-DeepSpeed, disable its own gradient-accumulation loss scaling: the loss here is already normalised
-over the whole step).
+``get_lr()``, optionally ``loss(batch)``) that a DeepSpeed engine adapter also implements
+(:mod:`apollo.train.ds_sft`); the loss handed to ``backward`` is already normalised over the whole
+optimizer step, so an engine must not scale it again for gradient accumulation.
+
+Data parallelism. With a :class:`DataParallel` of ``world_size`` W, an optimizer step consumes
+``W × grad_accum`` micro-batches of one deterministic stream (every rank plans the same stream from
+``cfg.seed``) and rank r trains micro-batches ``r·grad_accum … (r+1)·grad_accum − 1`` of them. Every
+rank knows the trained-token count of the whole step without communication, so the loss it
+back-propagates is ``local summed loss / trained tokens of the step``: the *sum* of the ranks'
+gradients is exactly the single-process gradient of the same global batch (an engine that averages
+gradients over ranks multiplies by W). Only the logged loss (and the time-budget decision) needs one
+scalar all-reduce per step.
+
+Resuming. ``on_step(step, state)`` receives after every optimizer step a small JSON-able ``state``
+(step, stream position, token counters, loss windows, history); passing it back as ``resume=``
+continues the run exactly where it was (the caller restores model, optimizer and schedule).
 """
 
 from __future__ import annotations
@@ -67,13 +80,34 @@ class SFTConfig:
 
 
 class Engine(Protocol):
-    """What the loop needs from an optimizer engine (a DeepSpeed engine has the same methods)."""
+    """What the loop needs from an optimizer engine (a DeepSpeed engine has the same methods).
+
+    An engine may also define ``loss(batch) -> (summed loss, trained tokens)`` (the forward pass must
+    go through a DeepSpeed engine's ``forward``); without it the loop calls :func:`token_losses`.
+    """
 
     def backward(self, loss: torch.Tensor) -> None: ...
 
     def step(self) -> None: ...
 
     def get_lr(self) -> list[float]: ...
+
+
+@dataclass
+class DataParallel:
+    """This process's place among data-parallel ranks; the default is a single process.
+
+    Subclasses with ``world_size > 1`` implement :meth:`all_reduce_sum` (a collective: every rank
+    calls it at the same point).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
+        if self.world_size > 1:
+            raise NotImplementedError("DataParallel.all_reduce_sum needs a process group")
+        return [float(v) for v in values]
 
 
 def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -163,7 +197,8 @@ def collate(
 ) -> dict[str, torch.Tensor]:
     """Build a micro-batch from rows of ``(input_ids, labels)`` segments.
 
-    Returns ``input_ids``, ``labels`` (``-100`` on padding), ``position_ids`` (restarting at 0 per
+    Returns ``input_ids``, ``labels`` (``-100`` on padding and on each segment's first token, which
+    no position of its own segment predicts), ``position_ids`` (restarting at 0 per
     segment) and ``attention_mask``: ``None`` when every row is one segment of the same length
     (plain causal attention), else a ``(B, 1, L, L)`` float mask, 0 where a query may attend and the
     dtype minimum elsewhere: causal within a segment, nothing across segments. Padding forms its
@@ -182,6 +217,7 @@ def collate(
             n = len(ids)
             input_ids[b, pos : pos + n] = torch.as_tensor(ids, dtype=torch.long)
             labels[b, pos : pos + n] = torch.as_tensor(labs, dtype=torch.long)
+            labels[b, pos] = IGNORE_INDEX  # a sample's first token is never predicted (not even from its neighbour)
             position_ids[b, pos : pos + n] = torch.arange(n)
             seg_ids[b, pos : pos + n] = s
             pos += n
@@ -214,8 +250,8 @@ def token_losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tupl
     targets = batch["labels"][:, 1:]
     keep = targets != IGNORE_INDEX
     n = int(keep.sum())
-    if n == 0:
-        return hidden.sum() * 0.0, 0
+    if n == 0:  # a zero that still reaches every parameter (data-parallel engines expect gradients)
+        return model.get_output_embeddings()(hidden[:, :1]).float().sum() * 0.0, 0
     logits = model.get_output_embeddings()(hidden[keep]).float()
     return F.cross_entropy(logits, targets[keep], reduction="sum"), n
 
@@ -242,85 +278,164 @@ def _plan_epoch(
     return micro
 
 
+def prepare_examples(
+    examples: Sequence[dict[str, Any]], max_length: int
+) -> tuple[list[tuple[list[int], list[int]]], list[int], list[int]]:
+    """Truncate to ``max_length`` and check; returns ``(input_ids, labels)`` pairs, their lengths and
+    their trained-token counts (labels after the first position that are not ``-100``)."""
+    if not examples:
+        raise ValueError("no training examples")
+    data: list[tuple[list[int], list[int]]] = []
+    trained: list[int] = []
+    for k, e in enumerate(examples):
+        ids, labs = list(e["input_ids"])[:max_length], list(e["labels"])[:max_length]
+        if len(ids) != len(labs):
+            raise ValueError(f"example {k}: {len(ids)} input_ids but {len(labs)} labels")
+        n = sum(1 for x in labs[1:] if x != IGNORE_INDEX)
+        if n == 0:
+            raise ValueError(f"example {k} has no trained token (after truncation to {max_length})")
+        data.append((ids, labs))
+        trained.append(n)
+    return data, [len(ids) for ids, _ in data], trained
+
+
+class MicroBatchStream:
+    """The endless, deterministic stream of ``(epoch, micro-batch)`` over epochs of shuffled rows.
+
+    ``position`` counts the micro-batches taken. A fresh stream (same rows, same ``cfg``) advanced by
+    :meth:`skip` to a saved position continues exactly like the original: epoch plans are replayed
+    from ``cfg.seed``, nothing but the position needs saving.
+    """
+
+    def __init__(self, rows: list[list[int]], lengths: list[int], cfg: SFTConfig):
+        self.rows, self.lengths, self.cfg = rows, lengths, cfg
+        self.position = 0
+        self._rng = random.Random(cfg.seed)
+        self._it = self._generate()
+
+    def _generate(self):
+        epoch = 0
+        while True:
+            for mb in _plan_epoch(self.rows, self.lengths, self.cfg, self._rng):
+                yield epoch, mb
+            epoch += 1
+
+    def __iter__(self) -> MicroBatchStream:
+        return self
+
+    def __next__(self) -> tuple[int, list[list[int]]]:
+        item = next(self._it)
+        self.position += 1
+        return item
+
+    def skip(self, n: int) -> None:
+        for _ in range(n):
+            next(self)
+
+
+def plan_steps(n_rows: int, cfg: SFTConfig, world_size: int = 1) -> tuple[int, int]:
+    """``(steps_per_epoch, total_steps)`` for ``n_rows`` rows on ``world_size`` ranks."""
+    micro_per_epoch = math.ceil(n_rows / cfg.micro_batch_size)
+    steps_per_epoch = max(1, math.ceil(micro_per_epoch / (cfg.grad_accum * world_size)))
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    return steps_per_epoch, total
+
+
 def train_sft(
     model: torch.nn.Module,
     examples: Sequence[dict[str, Any]],
     cfg: SFTConfig,
     on_log: Callable[[dict[str, Any]], None] | None = None,
     engine: Engine | None = None,
+    *,
+    parallel: DataParallel | None = None,
+    resume: dict[str, Any] | None = None,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place on masked examples; returns statistics.
 
     Logged (``on_log``) every ``cfg.log_every`` optimizer steps and at the end: ``step``, ``epoch``,
     ``loss`` (mean over trained tokens since the previous log), ``lr``, ``grad_norm``,
-    ``tokens_per_s`` (non-padding tokens), ``trained_tokens`` (cumulative), ``elapsed_s``.
+    ``tokens_per_s`` (non-padding tokens of all ranks), ``trained_tokens`` (cumulative, all ranks),
+    ``elapsed_s``. With ``parallel`` every rank calls this with the same examples and config; logs
+    and results are identical on all ranks.
+
+    ``on_step(step, state)`` is called after every optimizer step (``state``: see the module
+    docstring; ``state["planned_steps"]`` is the run's length); ``resume=state`` continues from it
+    (the caller has restored the model, the engine's optimizer and schedule, and the RNG state;
+    the loop does not reseed then).
 
     Returns: ``steps`` (done), ``planned_steps``, ``stopped_early`` (``time_budget_s`` hit),
     ``epochs``, ``first_loss``, ``final_loss`` (last log window), ``last_epoch_loss``, ``tokens``,
-    ``trained_tokens``, ``seconds``, ``tokens_per_s``, ``rows``, ``history`` (the logs), ``config``.
+    ``trained_tokens``, ``seconds`` and ``tokens_per_s`` (this call only), ``rows``,
+    ``resumed_from_step``, ``world_size``, ``history`` (the logs, resumed ones included), ``config``.
     """
-    if not examples:
-        raise ValueError("no training examples")
+    par = parallel or DataParallel()
+    world, rank, accum = par.world_size, par.rank, cfg.grad_accum
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
+    if resume is None:
+        torch.manual_seed(cfg.seed)
 
-    data: list[tuple[list[int], list[int]]] = []
-    for k, e in enumerate(examples):
-        ids, labs = list(e["input_ids"])[: cfg.max_length], list(e["labels"])[: cfg.max_length]
-        if len(ids) != len(labs):
-            raise ValueError(f"example {k}: {len(ids)} input_ids but {len(labs)} labels")
-        if all(x == IGNORE_INDEX for x in labs[1:]):
-            raise ValueError(f"example {k} has no trained token (after truncation to {cfg.max_length})")
-        data.append((ids, labs))
-    lengths = [len(ids) for ids, _ in data]
+    data, lengths, n_trained = prepare_examples(examples, cfg.max_length)
     rows = make_rows(examples=[{"input_ids": d[0]} for d in data], max_length=cfg.max_length, packing=cfg.packing)
-
-    micro_per_epoch = math.ceil(len(rows) / cfg.micro_batch_size)
-    steps_per_epoch = max(1, math.ceil(micro_per_epoch / cfg.grad_accum))
-    total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    steps_per_epoch, total_steps = plan_steps(len(rows), cfg, world)
     engine = engine or TorchEngine(model, cfg, total_steps)
+    loss_fn = getattr(engine, "loss", None) or (lambda b: token_losses(model, b))
     pad_id = int(getattr(getattr(model, "config", None), "pad_token_id", None) or 0)
-
-    def micro_stream():
-        epoch = 0
-        while True:
-            for mb in _plan_epoch(rows, lengths, cfg, rng):
-                yield epoch, mb
-            epoch += 1
-
-    stream = micro_stream()
-    model.train()
-    autocast = torch.autocast(device_type=_device_of(model).type, dtype=torch.bfloat16, enabled=cfg.bf16)
     device = _device_of(model)
+    dtype = _dtype_of(model)
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                              enabled=cfg.bf16 and dtype == torch.float32)
 
-    history: list[dict[str, Any]] = []
-    tokens = trained = 0
-    win_loss = 0.0
-    win_tok = 0
-    epoch_loss: dict[int, list[float]] = {}
+    st: dict[str, Any] = {
+        "step": 0, "micro": 0, "tokens": 0, "trained_tokens": 0, "win_loss": 0.0, "win_tok": 0,
+        "epoch_loss": [], "history": [], "elapsed_s": 0.0,
+    }
+    if resume is not None:
+        if int(resume.get("world_size", world)) != world:
+            raise ValueError(f"cannot resume a {resume['world_size']}-rank run on {world} ranks")
+        st.update({k: v for k, v in resume.items() if k in st})
+    resumed_from = int(st["step"])
+    stream = MicroBatchStream(rows, lengths, cfg)
+    stream.skip(int(st["micro"]))
+    epoch_loss: dict[int, list[float]] = {int(e): [float(l), float(n)] for e, l, n in st["epoch_loss"]}
+    history: list[dict[str, Any]] = list(st["history"])
+    tokens, trained = int(st["tokens"]), int(st["trained_tokens"])
+    win_loss, win_tok = float(st["win_loss"]), int(st["win_tok"])
+
+    model.train()
     t0 = time.perf_counter()
-    t_log, tok_log = t0, 0
+    elapsed0 = float(st["elapsed_s"])
+    t_log, tok_log, tok_start = t0, tokens, tokens
     epoch = 0
-    bar = tqdm(total=total_steps, desc="sft", disable=not cfg.progress, dynamic_ncols=True, mininterval=2.0)
+    bar = tqdm(total=total_steps, initial=resumed_from, desc="sft", dynamic_ncols=True, mininterval=2.0,
+               disable=not cfg.progress or rank != 0)
     stopped_early = False
-    done = 0
-    for step in range(total_steps):
-        batches = []
-        for _ in range(cfg.grad_accum):
-            epoch, mb = next(stream)
-            batches.append(collate([[data[i] for i in row] for row in mb], pad_id))
-            tokens += sum(lengths[i] for row in mb for i in row)
-        n_step = sum(int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in batches)
-        step_loss = 0.0
-        for b in batches:
+    done = resumed_from
+    for step in range(resumed_from, total_steps):
+        step_mbs = [next(stream) for _ in range(world * accum)]
+        epoch = step_mbs[-1][0]
+        n_step = sum(n_trained[i] for _, mb in step_mbs for row in mb for i in row)
+        tokens += sum(lengths[i] for _, mb in step_mbs for row in mb for i in row)
+        local_loss = 0.0
+        for _, mb in step_mbs[rank * accum : (rank + 1) * accum]:
+            b = collate([[data[i] for i in row] for row in mb], pad_id)
             b = {k: (v.to(device) if v is not None else None) for k, v in b.items()}
+            if b["attention_mask"] is not None and dtype.is_floating_point and dtype != torch.float32:
+                b["attention_mask"] = b["attention_mask"].clamp(min=torch.finfo(dtype).min).to(dtype)
             with autocast:
-                loss_sum, _ = token_losses(model, b)
+                loss_sum, _ = loss_fn(b)
             engine.backward(loss_sum / max(1, n_step))
-            step_loss += float(loss_sum.detach())
+            local_loss += float(loss_sum.detach())
         engine.step()
+        elapsed = elapsed0 + time.perf_counter() - t0
+        over_budget = cfg.time_budget_s is not None and elapsed > cfg.time_budget_s
+        if world > 1:  # one collective per step: the step's loss, and the early stop decided together
+            step_loss, n_over = par.all_reduce_sum([local_loss, float(over_budget)])
+            over_budget = n_over > 0
+        else:
+            step_loss = local_loss
         trained += n_step
         win_loss += step_loss
         win_tok += n_step
@@ -329,7 +444,6 @@ def train_sft(
         epoch_loss[epoch][1] += n_step
         bar.update(1)
         done = step + 1
-        over_budget = cfg.time_budget_s is not None and time.perf_counter() - t0 > cfg.time_budget_s
         if (step + 1) % cfg.log_every == 0 or step + 1 == total_steps or over_budget:
             now = time.perf_counter()
             log = {
@@ -340,19 +454,28 @@ def train_sft(
                 "grad_norm": getattr(engine, "last_grad_norm", float("nan")),
                 "tokens_per_s": (tokens - tok_log) / max(1e-9, now - t_log),
                 "trained_tokens": trained,
-                "elapsed_s": now - t0,
+                "elapsed_s": elapsed0 + now - t0,
             }
             history.append(log)
             bar.set_postfix(loss=f"{log['loss']:.3f}", tok_s=f"{log['tokens_per_s']:.0f}")
             if on_log is not None:
                 on_log(log)
             win_loss, win_tok, t_log, tok_log = 0.0, 0, now, tokens
+        if on_step is not None:
+            on_step(step + 1, {
+                "step": step + 1, "planned_steps": total_steps, "world_size": world, "micro": stream.position,
+                "tokens": tokens, "trained_tokens": trained, "win_loss": win_loss, "win_tok": win_tok,
+                "epoch_loss": [[e, v[0], v[1]] for e, v in sorted(epoch_loss.items())],
+                "history": history, "elapsed_s": elapsed0 + time.perf_counter() - t0,
+            })
         if over_budget and step + 1 < total_steps:
             stopped_early = True
             break
     bar.close()
     seconds = time.perf_counter() - t0
     model.eval()
+    if not history:  # resumed at the very end: nothing left to do
+        raise ValueError("nothing to train: the resumed state is already at the last step")
     last = epoch_loss[max(epoch_loss)]
     return {
         "steps": done,
@@ -365,12 +488,20 @@ def train_sft(
         "tokens": tokens,
         "trained_tokens": trained,
         "seconds": seconds,
-        "tokens_per_s": tokens / max(1e-9, seconds),
+        "tokens_per_s": (tokens - tok_start) / max(1e-9, seconds),
         "rows": len(rows),
+        "resumed_from_step": resumed_from,
+        "world_size": world,
         "history": history,
         "config": asdict(cfg),
     }
 
+
+def _dtype_of(model: torch.nn.Module) -> torch.dtype:
+    try:
+        return next(model.parameters()).dtype
+    except StopIteration:
+        return torch.float32
 
 def _device_of(model: torch.nn.Module) -> torch.device:
     try:
