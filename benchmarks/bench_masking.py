@@ -11,7 +11,7 @@ Measured, on the same trajectories in the same run:
 * ``masker``      — what the mask stage runs without a judge: symbolic rules (compiled once, with
   the prefilters) + the 8 detectors + precedence, a decision set on every step (in place, as the
   stage does; "returning copies" leaves the inputs untouched);
-* ``symbolic``    — symbolic rules only, through the same compiled :class:`RuleSet`;
+* ``symbolic``    — symbolic rules only, through the same compiled :class:`RuleSet` (``mask_trajectory``, copies);
 * ``baseline``    — the naive implementation this replaced: a deep copy of every trajectory and,
   per step, every rule's pattern compiled again from its source text (``re`` cache purged, as a
   rules file re-read per step would) and searched in turn.
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<44} {'actions/s (CPU)':>16} {'actions/s (wall)':>17}")
     for name, (c, w) in [("masker (symbolic + 8 detectors + combine)", r_masker),
                          ("masker, returning copies", r_masker_copy),
-                         ("symbolic only (compiled RuleSet)", r_symbolic),
+                         ("symbolic only (RuleSet, returning copies)", r_symbolic),
                          ("baseline (deep copy, per-step recompile)", r_base)]:
         print(f"{name:<44} {c:>16,.0f} {w:>17,.0f}")
     print(f"ratio masker / baseline: {r_masker[0] / r_base[0]:.1f}x (CPU)   goal masker >= 20,000 actions/s: "

@@ -178,6 +178,6 @@ def test_cli_report_and_explain(capsys):
     assert main(["mask", "explain", FIXTURE_TRAJS, tid, "--apply"]) == 0
     out = capsys.readouterr().out
     assert "DROP  edit_file" in out and "rule/blind_edit" in out and "<real_user> Open config.json" in out
-    assert "rule/improper_eval: evaluated while session 'train' still runs" in out
+    assert "rule/improper_eval: evaluated while the job in session 'train'" in out
     assert main(["mask", "explain", FIXTURE_TRAJS, "no-such-id"]) == 1
     assert main(["mask", "report", "--fixtures", "nope.jsonl"]) == 1

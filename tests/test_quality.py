@@ -3,7 +3,7 @@
 import pytest
 
 from apollo.config import Paths
-from apollo.schema import Observation, write_trajectories
+from apollo.schema import Action, Observation, write_trajectories
 from apollo.supervision.quality import DataQualityError, check_dataset, check_masks, check_trajectories
 from tests.test_schema import make_traj
 
@@ -12,12 +12,12 @@ def test_trajectory_suite_names_failing_expectation():
     good = [make_traj("a"), make_traj("b")]
     assert check_trajectories(good).success
     bad = [make_traj("a"), make_traj("a")]  # duplicate id
-    bad[1].steps[0].assistant_text = "   "  # empty action
+    bad[1].steps[0].action = Action()  # an action that is neither parsed nor recorded as invalid
     with pytest.raises(DataQualityError) as e:
         check_trajectories(bad)
     msg = str(e.value)
     assert "expect_column_values_to_be_unique" in msg and "trajectory_id" in msg
-    assert "text_len" in msg
+    assert "action_recorded" in msg
     bad = [make_traj("c")]
     bad[0].steps[1].guidance[0].delivered_step = 7  # guidance pointing at another step
     with pytest.raises(DataQualityError, match="points_at_step"):

@@ -36,11 +36,11 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
-from apollo.schema import Step, Trajectory
+from apollo.schema import Trajectory
 
 CATEGORIES: tuple[str, ...] = (
     "ignore_script",
@@ -624,7 +624,8 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = f"eval budget exhausted ({used}/{budget} used)"
         elif pend:
             sid, cmd = next(iter(pend.items()))
-            reason = f"evaluated while session '{sid}' still runs '{_short(cmd, 50)}' (check it finished first)"
+            reason = (f"evaluated while the job in session '{sid}' ('{_short(cmd, 50)}') was not seen finished "
+                      "(check_session_idle first)")
         elif not changed and last_eval is None:
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
         elif not changed:

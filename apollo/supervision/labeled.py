@@ -19,7 +19,6 @@ rule that matches (the one that decides). The combined keep/drop decision is sco
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,9 +141,10 @@ class LabeledReport:
             return "  -  " if v is None else f"{v:5.2f}"
 
         def rows(title: str, scores: list[Score]) -> list[str]:
-            out = [f"{title:<24} {'mode':<14} {'support':>7} {'TP':>4} {'FP':>4} {'FN':>4} {'prec':>6} {'recall':>6}"]
+            w = max(14, *(len(s.mode) for s in scores))
+            out = [f"{title:<24} {'mode':<{w}} {'support':>7} {'TP':>4} {'FP':>4} {'FN':>4} {'prec':>6} {'recall':>6}"]
             for s in scores:
-                out.append(f"{s.name:<24} {s.mode:<14} {s.support:>7} {s.tp:>4} {s.fp:>4} {s.fn:>4} "
+                out.append(f"{s.name:<24} {s.mode:<{w}} {s.support:>7} {s.tp:>4} {s.fp:>4} {s.fn:>4} "
                            f"{fmt(s.precision):>6} {fmt(s.recall):>6}")
             return out
 
@@ -175,7 +175,7 @@ def evaluate_labeled(masker: Any, labels: list[LabeledAction], trajs: dict[str, 
 
     names = list(dict.fromkeys([*CATEGORIES, *sorted(sym_cats)]))
     cats = {c: Score(c, mode(c)) for c in names}
-    rules = {r.id: Score(r.id, f"symbolic:{r.category}") for r in masker.rules.rules}
+    rules = {r.id: Score(r.id, f"-> {r.category}") for r in masker.rules.rules}
     decision = Score("drop", "combined")
     for lab in labels:
         findings = analysis[lab.trajectory_id][lab.step]

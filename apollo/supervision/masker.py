@@ -29,7 +29,6 @@ from typing import Any
 
 from apollo.schema import MaskDecision, Trajectory
 from apollo.supervision.detectors import (
-    DETECTORS,
     DetectorParams,
     Facts,
     Finding,
@@ -235,7 +234,3 @@ class Masker:
     def close(self) -> None:
         if self.judge is not None:
             self.judge.close()
-
-
-def known_detectors() -> list[str]:
-    return list(DETECTORS)

@@ -4,7 +4,7 @@ Each stage validates what it is about to write *before* writing it, so a failing
 pipeline with a short readable summary and leaves the previous outputs intact.
 
 Suites:
-* ``trajectories`` — scores in 0–100, non-empty assistant turns, step indices increasing by one,
+* ``trajectories`` — scores in 0–100, every step's action recorded (parsed, or invalid with the reason), step indices increasing by one,
   guidance pointing at existing steps, final ≤ best.
 * ``masks`` — every step masked; every drop has a reason and a known category; sources valid; the
   kept fraction (and the judge-flagged fraction) within configured bounds.
@@ -115,13 +115,15 @@ def trajectory_frames(trajs: list[Trajectory]):
         prev = -1
         for s in t.steps:
             s_rows.append({"trajectory_id": t.trajectory_id, "index": s.index, "increment": s.index - prev,
-                           "text_len": len(s.assistant_text.strip())})
+                           # an action is either parsed (tool) or recorded as invalid (parse_error):
+                           # an empty generation is data for the mask stage, never a silent hole
+                           "action_recorded": s.action.tool is not None or bool(s.action.parse_error)})
             prev = s.index
             for g in s.guidance:
                 g_rows.append({"trajectory_id": t.trajectory_id, "delivered_step": g.delivered_step,
                                "points_at_step": g.delivered_step == s.index and 0 <= s.index < len(t.steps)})
     cols_g = ["trajectory_id", "delivered_step", "points_at_step"]
-    return {"trajectories": pd.DataFrame(t_rows), "steps": pd.DataFrame(s_rows, columns=["trajectory_id", "index", "increment", "text_len"]),
+    return {"trajectories": pd.DataFrame(t_rows), "steps": pd.DataFrame(s_rows, columns=["trajectory_id", "index", "increment", "action_recorded"]),
             "guidance": pd.DataFrame(g_rows, columns=cols_g)}
 
 
@@ -144,7 +146,7 @@ def check_trajectories(trajs: list[Trajectory], out: Path | None = None, tracker
             E.ExpectColumnValuesToBeUnique(column="trajectory_id"),
         ],
         "steps": [
-            E.ExpectColumnValuesToBeBetween(column="text_len", min_value=1),
+            E.ExpectColumnValuesToBeInSet(column="action_recorded", value_set=[True]),
             E.ExpectColumnValuesToBeBetween(column="increment", min_value=1, max_value=1),
         ],
     }

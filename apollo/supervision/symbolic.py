@@ -43,9 +43,14 @@ class Rule:
     tasks: tuple[str, ...] | None = None  # only trajectories whose task id matches one of these globs
     domains: frozenset[str] | None = None  # only trajectories of these domains
 
-    def applies(self, tool: str | None, task_id: str | None = None, domain: str | None = None) -> bool:
-        """The scope filters (tool, task, domain); a filter with no value to test is not applied."""
-        if self.tools is not None and tool not in self.tools:
+    def applies(self, tool: str | None, task_id: str | None = None, domain: str | None = None,
+                error: bool = False) -> bool:
+        """The scope filters (tool, task, domain); a filter with no value to test is not applied.
+
+        A tool-scoped rule also applies to any step whose observation carries the error flag: the
+        tool itself reported a failure, so its text is an outcome, not file content.
+        """
+        if self.tools is not None and tool not in self.tools and not error:
             return False
         if self.tasks is not None and task_id is not None and not any(fnmatch.fnmatchcase(task_id, g) for g in self.tasks):
             return False
@@ -170,22 +175,22 @@ class RuleSet:
     def __init__(self, rules: Sequence[Rule]):
         self.rules = list(rules)
         self.categories = sorted({r.category for r in self.rules})
-        self._plans: dict[tuple[str | None, bool], tuple[list[Rule], Any, bool]] = {}
+        self._plans: dict[tuple[str | None, bool, bool], tuple[list[Rule], Any, bool]] = {}
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> RuleSet:
         return cls(load_rules(path))
 
-    def _plan(self, tool: str | None, nonzero: bool) -> tuple[list[Rule], Any, bool]:
+    def _plan(self, tool: str | None, nonzero: bool, error: bool) -> tuple[list[Rule], Any, bool]:
         """(rules that can apply, (start prefilter, body prefilter), whether prefilters are usable).
 
         Patterns anchored at the start (``\\A``) go into a prefilter used with ``match`` (one
         position), the others into one used with ``search``.
         """
-        key = (tool, nonzero)
+        key = (tool, nonzero, error)
         plan = self._plans.get(key)
         if plan is None:
-            rules = [r for r in self.rules if (r.tools is None or tool in r.tools)
+            rules = [r for r in self.rules if (r.tools is None or tool in r.tools or error)
                      and not (r.nonzero_exit and not nonzero)]
             pats = [r.pattern for r in rules if r.pattern is not None]
             pre: Any = (None, None)
@@ -209,7 +214,8 @@ class RuleSet:
         obs = step.observation
         action = step.action
         tool = tool or action.tool
-        rules, (start, body), usable = self._plan(tool, bool(obs.exit_code))
+        error = bool(obs.error) and tool == action.tool  # (not for background output charged to its start)
+        rules, (start, body), usable = self._plan(tool, bool(obs.exit_code), error)
         text_hit = True
         if usable:
             text = obs.text
@@ -220,7 +226,7 @@ class RuleSet:
         for rule in rules:
             if rule.when == "pattern" and not text_hit:
                 continue
-            if not rule.applies(tool, task_id, domain):
+            if not rule.applies(tool, task_id, domain, error):
                 continue
             ev = match_rule(step, rule)
             if ev is not None:

@@ -629,6 +629,7 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any]:
     if rank == 0 and not opts.keep_checkpoints_after:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     dist.barrier()
+    ds_engine.destroy()  # ZeRO-3 hooks and comm threads first (else some exit with "terminate called")
     dist.destroy_process_group()
     return summary
 
