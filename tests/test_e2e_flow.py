@@ -35,7 +35,7 @@ SMALL = {
     "build": {"upsample_react": 7, "upsample_summary": 10, "max_length": 2048},
     "train": {"lr": 0.001, "min_lr": 0.0005, "warmup_steps": 1, "epochs": 1, "micro_batch_size": 1,
               "grad_accum": 2, "max_length": 2048},
-    "evaluate": {"engine": "hf", "temperature": 0.0, "max_new_tokens": 64, "samples_per_task": 1, "max_steps": 2,
+    "evaluate": {"engine": "hf", "temperature": 0.0, "max_new_tokens": 64, "samples_per_task": 1, "max_steps": 8,
                  "context_tokens": 2000, "workers": 1, "tasks": ["df-test-01"]},
     "report": {"variants": ["reference", "base", "sft"]},
 }
@@ -43,7 +43,7 @@ SMALL = {
 
 def _copy_project(dst: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tmp", "cache")
-    for name in ("apollo", "flows", "tasks"):
+    for name in ("apollo", "flows", "tasks", "infra", "tests/fixtures"):
         shutil.copytree(ROOT / name, dst / name, ignore=ignore)
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(ROOT / name, dst / name)

@@ -163,3 +163,22 @@ def test_saved_model_loads_in_vllm(saved, tmp_path):
     assert len(res["ids"]) >= 1
     assert res["ids"][0] == hf[0]  # same greedy first token as transformers (float32)
     assert res["chat_prompt"] == tokenize_prompt(tok, [{"role": "user", "content": "hi"}])
+
+
+def test_saved_tokenizer_tokenizes_like_the_trained_one(tmp_path):
+    """transformers reloads a qwen2-architecture tokenizer as Qwen2Tokenizer: it must agree with
+    the tokenizer the model was trained with (digits, whitespace runs, tags, unicode)."""
+    from transformers import AutoTokenizer
+
+    from apollo.models.tiny import make_config, make_model, train_tokenizer
+
+    texts = ["run 30000 epochs with lr=0.003\n\n  indented  text", "<tool_call>\n{\"name\": \"eval\"}\n</tool_call>",
+             "Café naïve — ünïcode 12.5%", "<real_user>use huber</real_user> ok"] * 30
+    tok = train_tokenizer(texts, vocab_size=500)
+    make_model(make_config(tok, "micro"), seed=0).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    back = AutoTokenizer.from_pretrained(tmp_path)
+    for t in texts[:4] + ["x 123456 y", "\t\tz\r\n"]:
+        assert back.encode(t, add_special_tokens=False) == tok.encode(t, add_special_tokens=False), t
+    msgs = [{"role": "user", "content": "hi 42"}, {"role": "assistant", "content": "<tool_call>\n{}\n</tool_call>"}]
+    assert back.apply_chat_template(msgs, tokenize=False) == tok.apply_chat_template(msgs, tokenize=False)
