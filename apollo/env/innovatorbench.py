@@ -51,7 +51,6 @@ for evaluation. Tasks have no hidden reference plan, so the scripted agents cann
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -63,6 +62,7 @@ from typing import Any
 import yaml
 
 from apollo.env.tasks import DOMAINS, SPLITS, TaskSpec
+from apollo.env.workspace import parse_eval_output
 
 CONFIG_DIR = Path("research_gym") / "configs" / "tasks"
 DEFAULT_MAX_EVAL_NUM = 3  # ResearchGym's load_task_config_from_yaml default
@@ -227,17 +227,7 @@ def run_evaluation(task: TaskSpec, workspace_path: Path, timeout_s: float) -> tu
         return None, f"evaluation timed out after {timeout_s:.0f} s"
     except OSError as e:
         return None, f"evaluation could not start: {e}"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_MARK):
-            try:
-                results = json.loads(line[len(_MARK):])
-            except json.JSONDecodeError:
-                break
-            if isinstance(results, list) and all(isinstance(r, dict) for r in results):
-                return results, ""
-            break
-    err = (proc.stderr.strip().splitlines() or ["no result"])[-1]
-    return None, f"evaluation failed: {err[:300]}"
+    return parse_eval_output(proc.stdout, proc.stderr, _MARK)
 
 
 def export_task(task: TaskSpec, dataset: Path | str, evaluations: Path | str, name: str) -> None:

@@ -103,16 +103,21 @@ def _run_evaluation(task: TaskSpec, workspace_path: Path, timeout_s: float) -> t
         )
     except subprocess.TimeoutExpired:
         return None, f"evaluation timed out after {timeout_s:.0f} s"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_EVAL_MARK):
+    return parse_eval_output(proc.stdout, proc.stderr, _EVAL_MARK)
+
+
+def parse_eval_output(stdout: str, stderr: str, mark: str) -> tuple[list[dict[str, Any]] | None, str]:
+    """The result list an evaluation subprocess printed after ``mark``, or None and why not."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(mark):
             try:
-                results = json.loads(line[len(_EVAL_MARK):])
+                results = json.loads(line[len(mark):])
             except json.JSONDecodeError:
                 break
             if isinstance(results, list) and all(isinstance(r, dict) for r in results):
                 return results, ""
             break
-    err = (proc.stderr.strip().splitlines() or ["no result"])[-1]
+    err = (stderr.strip().splitlines() or ["no result"])[-1]
     return None, f"evaluation failed: {err[:300]}"
 
 

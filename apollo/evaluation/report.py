@@ -12,16 +12,10 @@ from collections.abc import Iterable
 from statistics import mean
 from typing import Any
 
+from apollo.env.tasks import DOMAINS
 from apollo.schema import Trajectory
 
-DOMAIN_ORDER = [
-    "data_construction",
-    "data_filtering",
-    "data_augmentation",
-    "loss_design",
-    "reward_design",
-    "scaffold_construction",
-]
+DOMAIN_ORDER = list(DOMAINS)  # the paper's column order
 DOMAIN_ABBR = {
     "data_construction": "DC",
     "data_filtering": "DF",

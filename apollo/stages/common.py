@@ -46,6 +46,25 @@ class RolloutJob:
     split: str
 
 
+def plan_jobs(params: dict[str, Any], section_name: str, split: str, seed_offset: int = 0) -> list[RolloutJob]:
+    """(task, sample) jobs of a split, optionally limited to ``params[section].tasks``; unknown ids fail."""
+    from apollo.config import section
+    from apollo.env.tasks import list_tasks
+
+    p = section(params, section_name)
+    tasks = list_tasks(split=split)
+    if p.get("tasks"):
+        wanted = set(p["tasks"])
+        unknown = sorted(wanted - {t.task_id for t in tasks})
+        if unknown:
+            raise ValueError(f"params.yaml: {section_name}.tasks: no {split} task {unknown}")
+        tasks = [t for t in tasks if t.task_id in wanted]
+    n = int(p.get("samples_per_task", 1))
+    seed = int(params.get("seed", 0)) + seed_offset
+    return [RolloutJob(t.task_id, s, seed * 100_000 + i * 100 + s, split)
+            for i, t in enumerate(tasks) for s in range(n)]
+
+
 def agent_config(p: dict[str, Any]) -> AgentConfig:
     return AgentConfig(
         max_steps=p.get("max_steps"),

@@ -13,20 +13,11 @@ from typing import Any
 from apollo.config import Paths, section
 from apollo.evaluation.report import action_stats, action_table, markdown_table, per_task, summarize, task_table
 from apollo.schema import Trajectory, atomic_write_text, write_trajectories
-from apollo.stages.common import RolloutJob, agent_config, episode, run_jobs
+from apollo.stages.common import RolloutJob, agent_config, plan_jobs, episode, run_jobs
 
 
 def plan(params: dict[str, Any]) -> list[RolloutJob]:
-    from apollo.env.tasks import list_tasks
-
-    p = section(params, "evaluate")
-    tasks = list_tasks(split="test")
-    if p.get("tasks"):
-        tasks = [t for t in tasks if t.task_id in set(p["tasks"])]
-    n = int(p.get("samples_per_task", 1))
-    seed = int(params.get("seed", 0)) + 7919
-    return [RolloutJob(t.task_id, s, seed * 100_000 + i * 100 + s, "test")
-            for i, t in enumerate(tasks) for s in range(n)]
+    return plan_jobs(params, "evaluate", "test", seed_offset=7919)
 
 
 def run_one(job: RolloutJob, params: dict[str, Any], variant: str, paths: Paths | None = None) -> Trajectory:

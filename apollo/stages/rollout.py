@@ -17,25 +17,13 @@ from apollo.config import Paths, section
 from apollo.guidance.annotator import AnnotatorConfig
 from apollo.guidance.runtime import current_channel, stage_session
 from apollo.schema import Trajectory, write_trajectories
-from apollo.stages.common import RolloutJob, agent_config, episode, get_engine, run_jobs
+from apollo.stages.common import RolloutJob, agent_config, plan_jobs, episode, get_engine, run_jobs
 
 log = logging.getLogger(__name__)
 
 
 def plan(params: dict[str, Any]) -> list[RolloutJob]:
-    from apollo.env.tasks import list_tasks
-
-    p = section(params, "rollout")
-    tasks = list_tasks(split="train")
-    if p.get("tasks"):
-        tasks = [t for t in tasks if t.task_id in set(p["tasks"])]
-    n = int(p.get("samples_per_task", 1))
-    seed = int(params.get("seed", 0))
-    return [
-        RolloutJob(t.task_id, s, seed * 100_000 + i * 100 + s, "train")
-        for i, t in enumerate(tasks)
-        for s in range(n)
-    ]
+    return plan_jobs(params, "rollout", "train", seed_offset=0)
 
 
 def engine_for(params: dict[str, Any], model_path, *, section_name: str):
