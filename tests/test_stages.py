@@ -44,3 +44,18 @@ def test_weighted_average_is_task_count_weighted():
     assert s["weighted"]["final"] == pytest.approx(40.0)  # = plain mean over tasks, not mean of domains (30)
     table = markdown_table({"m": s})
     assert "DF final/best" in table and "LD final/best" in table and "**40.00 / 40.00**" in table
+
+
+def test_train_params_accept_yaml_exponents_and_name_bad_fields():
+    import yaml
+
+    from apollo.train.ds_sft import resolve_config
+
+    train = yaml.safe_load("lr: 5e-6\nmin_lr: 1e-6\ngrad_accum: 8\n")
+    assert isinstance(train["lr"], str)  # PyYAML reads 5e-6 as a string
+    cfg, _ = resolve_config(train, 0)
+    assert (cfg.lr, cfg.min_lr, cfg.grad_accum) == (5e-6, 1e-6, 8)
+    with pytest.raises(ValueError, match="train.lr: expected a number, got 'fast'"):
+        resolve_config({"lr": "fast"}, 0)
+    with pytest.raises(ValueError, match="unknown field"):
+        resolve_config({"learning_rate": 1e-5}, 0)

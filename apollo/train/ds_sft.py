@@ -117,6 +117,20 @@ class DSOptions:
 _LOOP_ONLY = {"progress", "log_every", "num_threads", "time_budget_s"}  # not part of the fingerprint
 
 
+def coerce_numbers(train: dict[str, Any], flds: list[Any]) -> dict[str, Any]:
+    """YAML 1.1 reads ``5e-6`` (no dot) as a string: turn numeric fields into numbers, or name the field."""
+    out = dict(train)
+    for f in flds:
+        v = out.get(f.name)
+        if not isinstance(v, str) or not isinstance(f.default, (int, float)) or isinstance(f.default, bool):
+            continue
+        try:
+            out[f.name] = float(v) if isinstance(f.default, float) else int(float(v))
+        except ValueError:
+            raise ValueError(f"train.{f.name}: expected a number, got {v!r}") from None
+    return out
+
+
 def resolve_config(train: dict[str, Any], seed: int = 0, world_size: int | None = None) -> tuple[SFTConfig, DSOptions]:
     """Split a ``train`` mapping into :class:`SFTConfig` and :class:`DSOptions`, apply the defaults
     and derive ``grad_accum`` from ``global_batch_size`` (``world_size`` overrides the field)."""
@@ -125,6 +139,7 @@ def resolve_config(train: dict[str, Any], seed: int = 0, world_size: int | None 
     unknown = sorted(set(train) - sft_fields - ds_fields - {"variant"})
     if unknown:
         raise ValueError(f"train: unknown field(s) {unknown}; known: {sorted(sft_fields | ds_fields)}")
+    train = coerce_numbers(train, [*fields(SFTConfig), *fields(DSOptions)])
     opts = DSOptions(**{k: v for k, v in train.items() if k in ds_fields})
     if world_size is not None:
         opts.world_size = world_size
