@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -143,7 +142,6 @@ _VLLM_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
 def test_saved_model_loads_in_vllm(saved, tmp_path):
     out, _ = saved
     tok = AutoTokenizer.from_pretrained(out)
