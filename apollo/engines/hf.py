@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from apollo.data.tokenize import tokenize_prompt
 from apollo.engines.base import Generation
 
 
@@ -51,10 +52,7 @@ class HFEngine:
         self.eos_ids = sorted(i for i in eos if i is not None)
 
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(out, dict) or hasattr(out, "keys"):
-            out = out["input_ids"]
-        return list(out)
+        return tokenize_prompt(self.tokenizer, messages)
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return len(self.prompt_ids(messages))

@@ -14,6 +14,7 @@ from typing import Any
 
 from apollo.agent.actions import format_action, parse_action
 from apollo.agent.prompt import SUMMARY_INSTRUCTION, SUMMARY_PREFIX
+from apollo.data.tokenize import tokenize_prompt
 from apollo.engines.base import Generation
 
 _GUIDANCE_RE = re.compile(r"^<real_user>(.*)</real_user>$", re.DOTALL)
@@ -75,7 +76,7 @@ class ScriptedEngine:
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         if self.tokenizer is not None:
-            return len(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+            return len(tokenize_prompt(self.tokenizer, messages))
         return sum(len(str(m["content"])) for m in messages) // 3
 
     def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None) -> Generation:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from apollo.data.tokenize import tokenize_prompt
 from apollo.engines.base import Generation
 
 
@@ -63,7 +64,7 @@ class VLLMEngine:
         self.max_context = self.llm.llm_engine.model_config.max_model_len
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        return len(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+        return len(tokenize_prompt(self.tokenizer, messages))
 
     def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None) -> Generation:
         from vllm import SamplingParams
