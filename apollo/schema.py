@@ -27,7 +27,6 @@ SCHEMA_VERSION = 1
 
 MaskSource = Literal["symbolic", "rule", "llm"]
 FinishReason = Literal["finish", "max_steps", "time_budget", "error", "running"]
-StepKind = Literal["react", "summary"]
 
 
 class _Model(BaseModel):
@@ -222,13 +221,6 @@ def iter_trajectories(path: Path | str) -> Iterator[Trajectory]:
 
 def read_trajectories(path: Path | str) -> list[Trajectory]:
     return list(iter_trajectories(path))
-
-
-def read_trajectory_dir(directory: Path | str) -> list[Trajectory]:
-    out: list[Trajectory] = []
-    for p in sorted(Path(directory).glob("*.jsonl")):
-        out.extend(iter_trajectories(p))
-    return out
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

@@ -84,10 +84,6 @@ class Run:
         elif p.exists():
             self.client.log_artifact(self.run_id, str(p), artifact_path)
 
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        for k, v in tags.items():
-            self.client.set_tag(self.run_id, k, str(v))
-
 
 def start_parent_run(run_name: str, params: dict[str, Any], tags: dict[str, Any] | None = None) -> Run:
     client = _client()

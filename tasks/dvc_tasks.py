@@ -37,16 +37,6 @@ def stage_order(root: Path) -> list[str]:
             repo.close()
 
 
-def upstream(root: Path) -> dict[str, list[str]]:
-    with _DVC_LOCK:
-        repo = _repo(root)
-        try:
-            g = repo.index.graph
-            return {s.addressing: [d.addressing for d in g.successors(s)] for s in g.nodes}
-        finally:
-            repo.close()
-
-
 @task(name="dvc-status", cache_policy=NO_CACHE)
 def dvc_status(root: Path, stage: str) -> dict[str, Any]:
     """What changed for ``stage`` (empty when up to date)."""

@@ -45,7 +45,3 @@ def parse_action(text: str) -> Action:
         return Action(tool=obj["name"], parse_error="'arguments' must be an object")
     return Action(tool=obj["name"], arguments=args)
 
-
-def thought_of(text: str) -> str:
-    """The free text before the tool call."""
-    return text.split("<tool_call>", 1)[0].strip()

@@ -17,7 +17,6 @@ from apollo.tracking import stage_run
 log = logging.getLogger(__name__)
 
 STAGES = ("bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "report")
-VARIANT_STAGES = {"evaluate", "train"}
 
 
 def stage_module(name: str):

@@ -33,11 +33,6 @@ def get_engine(kind: str, model_path: str | Path, **kwargs: Any) -> Engine:
         return _ENGINES[key]
 
 
-def clear_engines() -> None:
-    with _LOCK:
-        _ENGINES.clear()
-
-
 @dataclass(frozen=True)
 class RolloutJob:
     task_id: str

@@ -27,13 +27,6 @@ from apollo.schema import atomic_write_text
 log = logging.getLogger(__name__)
 
 
-def sft_config(p: dict[str, Any], seed: int):
-    """The :class:`~apollo.train.sft.SFTConfig` of a ``train`` section (DeepSpeed fields checked, then dropped)."""
-    from apollo.train.ds_sft import resolve_config
-
-    return resolve_config(p, seed)[0]
-
-
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, variant: str = "sft") -> dict[str, Any]:
     from apollo.train.ds_sft import resolve_config
 
