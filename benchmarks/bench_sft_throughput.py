@@ -1,10 +1,10 @@
 """SFT training throughput: apollo's DeepSpeed trainer vs TRL's ``SFTTrainer`` (assistant-only loss).
 
 Same machine, same tiny model (the same saved initial weights), same conversations, same
-hyper-parameters (AdamW β=(0.9, 0.95), wd 0.01, clip 1.0, cosine lr → min lr, micro-batch 1,
+hyper-parameters (AdamW β=(0.9, 0.95), wd 0.01, clip 1.0 — params.yaml's train values, cosine lr → min lr, micro-batch 1,
 gradient accumulation, whole epochs so both see every conversation equally often), one run:
 
-- **apollo**: ``python -m apollo.train.ds_sft`` (DeepSpeed ZeRO-2, 1 rank, started without a
+- **apollo**: ``python -m apollo.train`` (DeepSpeed ZeRO-2, 1 rank, started without a
   launcher as the train stage does), rows pre-tokenized by :func:`apollo.data.tokenize.tokenize_conversation`;
 - **TRL**: ``SFTTrainer`` on ``{"messages": …}`` rows with ``assistant_only_loss=True`` (it renders
   and masks through the chat template's ``{% generation %}`` markers), in this process.
@@ -88,7 +88,7 @@ def main() -> int:
     (work / "apollo.json").write_text(json.dumps(cfg))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "apollo.train.ds_sft", "--dataset", str(work / "train.parquet"),
+    p = subprocess.run([sys.executable, "-m", "apollo.train", "--dataset", str(work / "train.parquet"),
                         "--base", str(work / "base"), "--out", str(work / "apollo"), "--config",
                         str(work / "apollo.json"), "--no-mlflow"], env=env, capture_output=True, text=True)
     apollo_wall = time.perf_counter() - t0
@@ -169,7 +169,8 @@ def _same_tokens(ds, rows) -> bool:
 def _dataset_loss(model, rows) -> float:
     import torch
 
-    from apollo.train.sft import collate, token_losses
+    from apollo.train.batching import collate
+    from apollo.train.objectives import token_losses
 
     model = model.float().eval()
     total = n = 0.0

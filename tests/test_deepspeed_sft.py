@@ -28,15 +28,19 @@ import yaml
 from apollo.data.tokenize import render, tokenize_conversation
 from apollo.models.bootstrap import save_model, synthetic_conversations
 from apollo.models.tiny import make_config, make_model, train_tokenizer
-from apollo.train.ds_sft import (
-    DSOptions,
-    build_ds_config,
-    hostfile_slots,
-    launch_command,
-    read_overlay,
-    resolve_config,
-)
-from apollo.train.sft import SFTConfig, collate, train_sft
+from apollo.train.batching import collate
+from apollo.train.config import overlay_defaults, resolve_config, train_config
+from apollo.train.ds_config import build_ds_config, read_overlay
+from apollo.train.launch import hostfile_slots, launch_command
+from apollo.train.loop import train as train_sft
+
+
+def DSOptions(**overrides):  # noqa: N802 - the run options of params.yaml's train section, a few overridden
+    return train_config(**overrides)[1]
+
+
+def SFTConfig(**overrides):  # noqa: N802 - the loop config of params.yaml's train section, a few overridden
+    return train_config(**overrides)[0]
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
@@ -49,19 +53,22 @@ BASE_CFG = {"lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "max_steps": STEPS, "
 
 
 def test_resolve_config_defaults_and_batch():
-    cfg, opts = resolve_config({}, seed=3)
-    assert (cfg.lr, cfg.min_lr, cfg.epochs, cfg.seed) == (5e-6, 1e-6, 1.0, 3)  # real-model defaults
-    assert cfg.micro_batch_size * cfg.grad_accum * opts.world_size == 64 and opts.zero_stage == 2
-    cfg, opts = resolve_config({"global_batch_size": 64, "micro_batch_size": 2}, world_size=8)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    cfg, opts = resolve_config(params["train"], seed=3)  # the defaults are params.yaml's, nothing else
+    assert (cfg.lr, cfg.min_lr, cfg.epochs, cfg.seed) == (params["train"]["lr"], params["train"]["min_lr"], 1.0, 3)
+    assert cfg.grad_accum == params["train"]["grad_accum"] and opts.zero_stage == params["train"]["zero_stage"]
+    cfg, opts = resolve_config(overlay_defaults({"global_batch_size": 64, "micro_batch_size": 2}), world_size=8)
     assert cfg.grad_accum == 4
-    cfg, _ = resolve_config({"grad_accum": 8, "lr": 5e-4})  # params.yaml style (tiny model): kept as given
-    assert (cfg.grad_accum, cfg.lr) == (8, 5e-4)
+    cfg, _ = resolve_config(overlay_defaults({"grad_accum": 8, "lr": 5e-6}))  # real-model values: kept as given
+    assert (cfg.grad_accum, cfg.lr) == (8, 5e-6)
     with pytest.raises(ValueError, match="multiple"):
-        resolve_config({"global_batch_size": 10}, world_size=4)
+        resolve_config(overlay_defaults({"global_batch_size": 10}), world_size=4)
     with pytest.raises(ValueError, match="unknown"):
-        resolve_config({"zero_stag": 2})
+        resolve_config(overlay_defaults({"zero_stag": 2}))
     with pytest.raises(ValueError, match="0..3"):
-        resolve_config({"zero_stage": 4})
+        resolve_config(overlay_defaults({"zero_stage": 4}))
+    with pytest.raises(ValueError, match=r"missing field\(s\) \['warmup_steps'\]"):  # no defaults in code
+        resolve_config({k: v for k, v in params["train"].items() if k != "warmup_steps"})
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "infra" / "deepspeed").glob("*.json")))
@@ -70,7 +77,7 @@ def test_ds_config_templates(name):
 
     overlay = read_overlay(ROOT / "infra" / "deepspeed" / name)
     stage = overlay["zero_optimization"]["stage"]
-    cfg, opts = resolve_config({"zero_stage": stage, "grad_accum": 4, "lr": 1e-5, "bf16": True})
+    cfg, opts = train_config(zero_stage=stage, grad_accum=4, lr=1e-5, bf16=True)
     conf = build_ds_config(cfg, opts, world_size=8, overlay=overlay)
     assert conf["train_batch_size"] == 32 and conf["bf16"]["enabled"] and "_comment" not in conf
     DeepSpeedZeroConfig(**conf["zero_optimization"])  # known keys, valid values
@@ -78,28 +85,28 @@ def test_ds_config_templates(name):
         assert conf["optimizer"]["params"]["lr"] == 1e-5
     other = (stage + 1) % 4
     with pytest.raises(ValueError, match="stage"):
-        build_ds_config(cfg, resolve_config({"zero_stage": other, "grad_accum": 4})[1], 8, overlay)
+        build_ds_config(cfg, train_config(zero_stage=other, grad_accum=4)[1], 8, overlay)
     with pytest.raises(ValueError, match="train_batch_size"):
         build_ds_config(cfg, opts, 8, {**overlay, "train_batch_size": 7})
 
 
 def test_launch_commands_and_manifests():
     py = sys.executable
-    assert launch_command(DSOptions(), ["--x"]) == [py, "-m", "apollo.train.ds_sft", "--x"]
+    assert launch_command(DSOptions(), ["--x"]) == [py, "-m", "apollo.train", "--x"]
     cmd = launch_command(DSOptions(world_size=2), ["--x"], master_port=29999)
     assert cmd == [py, "-m", "deepspeed.launcher.runner", "--master_port", "29999", "--num_gpus", "2",
-                   "--module", "apollo.train.ds_sft", "--x"]
+                   "--module", "apollo.train", "--x"]
     hostfile = ROOT / "infra" / "hostfile.example"
     assert hostfile_slots(hostfile) == 16
     cmd = launch_command(DSOptions(world_size=16, hostfile=str(hostfile)), [])
     assert "--hostfile" in cmd
     cmd = launch_command(DSOptions(world_size=2, launcher="torchrun"), ["--x"], master_port=29999)
-    assert cmd[1:3] == ["-m", "torch.distributed.run"] and cmd[-3:] == ["-m", "apollo.train.ds_sft", "--x"]
+    assert cmd[1:3] == ["-m", "torch.distributed.run"] and cmd[-3:] == ["-m", "apollo.train", "--x"]
     with pytest.raises(ValueError, match="slots"):
         launch_command(DSOptions(world_size=8, hostfile=str(hostfile)), [])
     for f in (ROOT / "infra" / "k8s").glob("*.yaml"):
         doc = yaml.safe_load(f.read_text())
-        assert doc["kind"] in {"Job", "PyTorchJob"} and "apollo.train.ds_sft" in f.read_text()
+        assert doc["kind"] in {"Job", "PyTorchJob"} and "apollo.train\n" in f.read_text()
 
 
 def test_packed_sample_first_token_is_not_trained():
@@ -229,7 +236,7 @@ def test_saved_model_loads_with_transformers(work, ref2):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from apollo.data.build import read_parquet
-    from apollo.train.sft import token_losses
+    from apollo.train.objectives import token_losses
 
     tok = AutoTokenizer.from_pretrained(ref2)
     model = AutoModelForCausalLM.from_pretrained(ref2).eval()

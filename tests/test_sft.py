@@ -1,4 +1,5 @@
-"""Masked SFT loop: loss goes down, packing is clean, runs are deterministic."""
+"""The trainer's loop with the SFT objective (torch backend): loss goes down, packing is clean, runs are
+deterministic. Configs are params.yaml's ``train`` section with a few fields overridden."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import torch
 from apollo.data.tokenize import render, tokenize_conversation
 from apollo.models.bootstrap import synthetic_conversations
 from apollo.models.tiny import make_config, make_model, train_tokenizer
-from apollo.train.sft import IGNORE_INDEX, SFTConfig, collate, cosine_lr, make_rows, token_losses, train_sft
+from apollo.train.batching import IGNORE_INDEX, collate, make_rows
+from apollo.train.config import train_config
+from apollo.train.engine import cosine_lr
+from apollo.train.loop import train as train_sft
+from apollo.train.objectives import token_losses
 
 CONVS = synthetic_conversations(8, seed=2, steps=(3, 5))
+
+
+def SFTConfig(**overrides):  # noqa: N802 - params.yaml's train section, a few fields overridden
+    return train_config(**overrides)[0]
 
 
 @pytest.fixture(scope="module")

@@ -49,13 +49,15 @@ def test_weighted_average_is_task_count_weighted():
 def test_train_params_accept_yaml_exponents_and_name_bad_fields():
     import yaml
 
-    from apollo.train.ds_sft import resolve_config
+    from apollo.train.config import overlay_defaults, resolve_config
 
     train = yaml.safe_load("lr: 5e-6\nmin_lr: 1e-6\ngrad_accum: 8\n")
     assert isinstance(train["lr"], str)  # PyYAML reads 5e-6 as a string
-    cfg, _ = resolve_config(train, 0)
+    cfg, _ = resolve_config(overlay_defaults(train), 0)
     assert (cfg.lr, cfg.min_lr, cfg.grad_accum) == (5e-6, 1e-6, 8)
     with pytest.raises(ValueError, match="train.lr: expected a number, got 'fast'"):
-        resolve_config({"lr": "fast"}, 0)
+        resolve_config(overlay_defaults({"lr": "fast"}), 0)
     with pytest.raises(ValueError, match="unknown field"):
-        resolve_config({"learning_rate": 1e-5}, 0)
+        resolve_config(overlay_defaults({"learning_rate": 1e-5}), 0)
+    with pytest.raises(ValueError, match=r"missing field\(s\) \['lr'\]"):
+        resolve_config({k: v for k, v in overlay_defaults({}).items() if k != "lr"}, 0)

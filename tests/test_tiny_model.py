@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from apollo.agent.actions import format_action, parse_action
 from apollo.data.tokenize import render, template_ids, tokenize_prompt
-from apollo.models.bootstrap import bootstrap_model, synthetic_conversations
+from apollo.models.bootstrap import bc_defaults, bootstrap_model, synthetic_conversations
 from apollo.models.tiny import (
     ADDED_TOKENS,
     CHAT_TEMPLATE,
@@ -26,7 +27,6 @@ from apollo.models.tiny import (
     make_model,
     train_tokenizer,
 )
-from apollo.train.sft import SFTConfig
 
 CONVS = synthetic_conversations(12, seed=0)
 
@@ -42,7 +42,7 @@ def saved(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("models") / "base"
     stats = bootstrap_model(
         out, CONVS, corpus_texts=["extra corpus text"], preset="micro",
-        sft=SFTConfig(max_steps=30, lr=3e-3, progress=False, grad_accum=1), vocab_size=1024,
+        sft=replace(bc_defaults(), max_steps=30, progress=False), vocab_size=1024,
     )
     return out, stats
 
@@ -121,7 +121,7 @@ def test_saved_model_loads_and_generates(saved):
     gen = model.generate(ids, max_new_tokens=8, do_sample=False)
     assert gen.shape[1] > ids.shape[1]
     # a second bootstrap into the same directory replaces it atomically
-    bootstrap_model(out, CONVS[:2], preset="micro", sft=SFTConfig(max_steps=1, progress=False), vocab_size=512)
+    bootstrap_model(out, CONVS[:2], preset="micro", sft=replace(bc_defaults(), max_steps=1, progress=False), vocab_size=512)
     assert len(AutoTokenizer.from_pretrained(out)) < len(tok)
 
 

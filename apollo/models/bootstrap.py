@@ -12,6 +12,7 @@ for tests and benchmarks; the real behaviour-cloning data comes from the scripte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -27,7 +28,8 @@ import torch
 from apollo.agent.actions import format_action
 from apollo.data.tokenize import render, tokenize_conversation
 from apollo.models.tiny import count_parameters, make_config, make_model, train_tokenizer
-from apollo.train.sft import SFTConfig, train_sft
+from apollo.train.config import TrainConfig, loop_config, read_yaml, repo_params_path
+from apollo.train.loop import train
 
 
 def bootstrap_model(
@@ -35,7 +37,7 @@ def bootstrap_model(
     conversations: Sequence[Sequence[dict[str, Any]]],
     corpus_texts: Sequence[str] = (),
     preset: str = "tiny",
-    sft: SFTConfig | None = None,
+    sft: TrainConfig | None = None,
     seed: int = 0,
     vocab_size: int = 4096,
     on_log: Callable[[dict[str, Any]], None] | None = None,
@@ -65,7 +67,7 @@ def bootstrap_model(
 
     examples = []
     n_truncated = 0
-    max_length = sft.max_length if sft is not None else SFTConfig.max_length
+    max_length = sft.max_length if sft is not None else bc_defaults(seed).max_length
     for k, conv in enumerate(conversations):
         try:
             ex = tokenize_conversation(tokenizer, conv, max_length=max_length)
@@ -77,7 +79,7 @@ def bootstrap_model(
 
     config = make_config(tokenizer, preset)
     model = make_model(config, seed=seed)
-    stats = train_sft(model, examples, sft, on_log=on_log)
+    stats = train(model, examples, sft, on_log=on_log)  # the one trainer's loop, torch backend, SFT objective
 
     _save_atomic(out_dir, model, tokenizer)
     return {
@@ -102,6 +104,12 @@ def bootstrap_model(
     }
 
 
+def bc_defaults(seed: int = 0) -> TrainConfig:
+    """The behaviour-cloning loop config of the repository's ``params.yaml`` (``bootstrap.sft``)."""
+    doc = read_yaml(repo_params_path())
+    return loop_config(doc["bootstrap"]["sft"], seed, where="params.yaml: bootstrap.sft")
+
+
 def default_bc_config(
     examples: Sequence[dict[str, Any]],
     seed: int = 0,
@@ -109,19 +117,19 @@ def default_bc_config(
     token_budget: int = 1_000_000,
     time_budget_s: float | None = 170.0,
     **overrides: Any,
-) -> SFTConfig:
+) -> TrainConfig:
     """Behaviour-cloning hyper-parameters for the tiny preset, sized to finish in < 3 min on 2 cores.
 
-    One conversation per optimizer step (lr 3e-3 → 3e-4, cosine, 20 warm-up steps); about
-    ``target_steps`` steps, fewer when that would exceed ``token_budget`` tokens (~10 k tokens/s on
-    2 idle cores for the tiny preset, so ≈100 s), but at least one epoch. ``time_budget_s`` is a
-    safety net for a busy machine: training stops there (``stopped_early`` in the stats; the run is
-    then no longer reproducible step for step).
+    ``params.yaml`` ``bootstrap.sft`` (one conversation per optimizer step, lr 3e-3 → 3e-4, cosine)
+    with about ``target_steps`` steps, fewer when that would exceed ``token_budget`` tokens (~10 k
+    tokens/s on 2 idle cores for the tiny preset, so ≈100 s), but at least one epoch.
+    ``time_budget_s`` is a safety net for a busy machine: training stops there (``stopped_early`` in
+    the stats; the run is then no longer reproducible step for step).
     """
     n = len(examples)
     mean_len = sum(len(e["input_ids"]) for e in examples) / max(1, n)
     steps = max(n, min(target_steps, int(token_budget / max(1.0, mean_len))))
-    return SFTConfig(**{"max_steps": steps, "seed": seed, "time_budget_s": time_budget_s, **overrides})
+    return dataclasses.replace(bc_defaults(seed), **{"max_steps": steps, "time_budget_s": time_budget_s, **overrides})
 
 
 def save_model(directory: Path | str, model: torch.nn.Module, tokenizer: Any) -> None:

@@ -106,23 +106,15 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
         return stats
 
     from apollo.models.bootstrap import bootstrap_model
-    from apollo.train.sft import SFTConfig
+    from apollo.train.config import loop_config
 
     p = section(params, "bootstrap")
     seed = int(params.get("seed", 0))
+    sft = loop_config(p.get("sft") or {}, seed, where="params.yaml: bootstrap.sft")  # checked before the demos
     with tempfile.TemporaryDirectory(prefix="apollo-bootstrap-") as wd:
         demos = make_demonstrations(p, seed, Path(wd))
     convs = conversations(demos)
     corpus = [t.prefix_messages[1]["content"] for t in demos]
-    from dataclasses import fields
-
-    from apollo.train.ds_sft import coerce_numbers
-
-    sft_kw = {**(p.get("sft") or {}), "seed": seed}
-    unknown = sorted(set(sft_kw) - {f.name for f in fields(SFTConfig)})
-    if unknown:
-        raise ValueError(f"params.yaml: bootstrap.sft: unknown field(s) {unknown}")
-    sft = SFTConfig(**coerce_numbers(sft_kw, list(fields(SFTConfig))))
 
     def on_log(rec: dict[str, Any]) -> None:
         if tracker is not None:

@@ -1,15 +1,16 @@
-"""Train stage: masked SFT of the base model on the built dataset → ``data/models/<variant>/``.
+"""Train stage: the one trainer (:mod:`apollo.train`) on the built dataset → ``data/models/<variant>/``
+(objective ``train.objective``: masked SFT for the Apollo variants).
 
-``train.backend: deepspeed`` (default) runs :mod:`apollo.train.ds_sft` in a child process: one rank
-as ``python -m apollo.train.ds_sft`` (``launcher: auto`` with ``world_size: 1``), more ranks (or a
+``train.backend: deepspeed`` runs :mod:`apollo.train.cli` in a child process: one rank
+as ``python -m apollo.train`` (``launcher: auto`` with ``world_size: 1``), more ranks (or a
 ``hostfile``) through the DeepSpeed launcher. The child process keeps the stage's process (a Prefect
 worker thread, or ``dvc repro``) free of a global process group, and a killed run leaves its
 checkpoints in ``data/checkpoints/<variant>/``: running the stage again resumes from the last one
 (same data, base model and training fields), a changed run starts afresh. Rank 0 logs step metrics
 into this stage's MLflow run (``APOLLO_TRAIN_RUN_ID``).
 
-``train.backend: torch`` runs the plain loop in this process (no checkpoints), as before DeepSpeed.
-The fields and their defaults: :mod:`apollo.train.ds_sft`.
+``train.backend: torch`` runs the same loop (:func:`apollo.train.loop.train`) in this process with the
+torch engine (no checkpoints). The fields: :mod:`apollo.train.config` (values in ``params.yaml`` only).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, variant: str = "sft") -> dict[str, Any]:
-    from apollo.train.ds_sft import resolve_config
+    from apollo.train.config import resolve_config
 
     paths = paths or Paths.default()
     p = dict(section(params, "train"))
@@ -36,7 +37,7 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
     cfg, opts = resolve_config(p, seed)
     out = paths.model(variant)
     if opts.backend == "torch":
-        summary = _run_in_process(cfg, paths, out, tracker)
+        summary = _run_in_process(cfg, opts, paths, out, tracker)
     else:
         summary = _run_deepspeed(p, seed, opts, paths, out, tracker, variant)
     for key in ("train.final_loss", "train.first_loss"):
@@ -55,7 +56,7 @@ def _finite(x: Any) -> bool:
 
 
 def _run_deepspeed(p: dict[str, Any], seed: int, opts, paths: Paths, out: Path, tracker, variant: str) -> dict[str, Any]:
-    from apollo.train.ds_sft import launch_command
+    from apollo.train.launch import launch_command
 
     root = paths.root
     ckpt = Path(opts.checkpoint_dir) if opts.checkpoint_dir else paths.data / "checkpoints" / variant
@@ -89,15 +90,17 @@ def _run_deepspeed(p: dict[str, Any], seed: int, opts, paths: Paths, out: Path, 
     return summary
 
 
-def _run_in_process(cfg, paths: Paths, out: Path, tracker) -> dict[str, Any]:
+def _run_in_process(cfg, opts, paths: Paths, out: Path, tracker) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from apollo.data.build import read_parquet
     from apollo.models.bootstrap import _save_atomic
-    from apollo.train.sft import train_sft
+    from apollo.train.cli import read_rows
+    from apollo.train.loop import train
+    from apollo.train.objectives import make_objective
 
-    rows = read_parquet(paths.dataset / "train.parquet")
+    objective = make_objective(opts.objective, opts.policy_loss, opts.policy_loss_args)
+    rows = read_rows(paths.dataset / "train.parquet", objective.token_fields)
     tokenizer = AutoTokenizer.from_pretrained(paths.base_model)
     model = AutoModelForCausalLM.from_pretrained(paths.base_model, dtype=torch.float32)
 
@@ -105,7 +108,7 @@ def _run_in_process(cfg, paths: Paths, out: Path, tracker) -> dict[str, Any]:
         if tracker is not None:
             tracker.log_metrics({f"train.{k}": v for k, v in rec.items() if k != "step"}, step=int(rec["step"]))
 
-    stats = train_sft(model, rows, cfg, on_log=on_log)
+    stats = train(model, rows, cfg, on_log=on_log, objective=objective)
     for key in ("final_loss", "first_loss"):
         if not _finite(stats[key]):
             raise FloatingPointError(f"train: {key} is {stats[key]} (not finite); the model is not saved")
