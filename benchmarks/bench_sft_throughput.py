@@ -86,7 +86,7 @@ def main() -> int:
            "micro_batch_size": 1, "grad_accum": args.grad_accum, "max_length": args.max_length, "log_every": 4,
            "progress": False, "zero_stage": 2, "save_every": 0, "seed": 0}
     (work / "apollo.json").write_text(json.dumps(cfg))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "apollo.train", "--dataset", str(work / "train.parquet"),
                         "--base", str(work / "base"), "--out", str(work / "apollo"), "--config",

@@ -146,6 +146,7 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("APOLLO_", "MLFLOW_", "RANK", "LOCAL_RANK",
                                                                      "WORLD_SIZE", "MASTER_"))}
     env["TOKENIZERS_PARALLELISM"] = "false"
+    env["PYTHONPATH"] = str(ROOT)  # the ranks import this checkout's apollo (the run's cwd is a temp dir)
     return env
 
 
