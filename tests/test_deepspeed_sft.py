@@ -150,7 +150,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _train(work: Path, name: str, cfg: dict, world: int, launcher: str = "auto", timeout: float = 240) -> dict:
+def _train(work: Path, name: str, cfg: dict, world: int, launcher: str = "auto", timeout: float = 900) -> dict:
     cmd = launch_command(DSOptions(world_size=world, launcher=launcher), _trainer_args(work, name, cfg))
     proc = subprocess.Popen(cmd, cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # its own process group: a timeout ends every rank
@@ -211,7 +211,7 @@ def test_sigkill_then_resume_matches_uninterrupted(work, ref2):
     cmd = launch_command(DSOptions(world_size=2), _trainer_args(work, "kill", cfg))
     log = open(work / "kill.log", "w")
     proc = subprocess.Popen(cmd, cwd=work, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 240
+    deadline = time.time() + 900
     try:
         while not (ckpt / "latest").exists():
             assert proc.poll() is None, "the run ended before its first checkpoint"

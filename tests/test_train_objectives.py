@@ -106,6 +106,10 @@ def test_objective_fields_are_required(tok, rows):
         make_objective("pg", "ppo")
     with pytest.raises(ValueError, match="policy_loss"):
         train_config(objective="pg", policy_loss="ppo")
+    with pytest.raises(ValueError, match="policy_loss_args"):  # sao needs eps_low and eps_high
+        train_config(objective="pg", policy_loss="sao", policy_loss_args={"eps_low": 0.3})
+    _, opts = train_config(objective="pg", policy_loss="sao", policy_loss_args={"eps_low": 0.3, "eps_high": 5.0})
+    assert opts.policy_loss_args == {"eps_low": 0.3, "eps_high": 5.0}
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ optimizer step) = ``micro_batch_size × grad_accum × world_size``; give ``grad_
 
 from __future__ import annotations
 
+import inspect
 import types
 import typing
 from collections.abc import Mapping
@@ -167,9 +168,14 @@ def resolve_config(train: Mapping[str, Any], seed: int = 0, world_size: int | No
         from apollo.rl.losses import get_policy_loss
 
         try:
-            get_policy_loss(opts.policy_loss)
+            fn = get_policy_loss(opts.policy_loss)
         except ValueError as e:
             raise ValueError(f"{where}.policy_loss: {e}") from None
+        try:  # the keywords must fit the loss (checked now, not at the first step)
+            inspect.signature(fn).bind(None, None, None, None, **opts.policy_loss_args)
+        except TypeError as e:
+            raise ValueError(f"{where}.policy_loss_args {opts.policy_loss_args} do not fit "
+                             f"{opts.policy_loss}{inspect.signature(fn)}: {e}") from None
     loop = {k: v for k, v in train.items() if k in LOOP_FIELDS}
     gbs = opts.global_batch_size
     if loop.get("grad_accum") is None:
