@@ -282,9 +282,9 @@ def test_train_stage_runs_deepspeed_and_logs(work, tmp_path, monkeypatch):
     shutil.copytree(work / "base", paths.base_model)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.delenv("APOLLO_PARENT_RUN_ID", raising=False)
-    params = {"seed": 0, "train": {"lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 1, "epochs": 1, "max_steps": 6,
-                                   "micro_batch_size": 2, "grad_accum": 1, "max_length": 1024, "log_every": 2,
-                                   "save_every": 3, "progress": False}}
+    params = {"seed": 0, "train": overlay_defaults({  # the stage reads a complete train section
+        "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 1, "epochs": 1, "max_steps": 6, "micro_batch_size": 2,
+        "grad_accum": 1, "max_length": 1024, "log_every": 2, "save_every": 3, "progress": False})}
     with stage_run("train@sft") as run:
         summary = train_stage.run(params, run, paths, variant="sft")
     assert summary["train.steps"] == 6 and summary["train.world_size"] == 1 and summary["train.zero_stage"] == 2
