@@ -39,6 +39,10 @@ SMALL = {
                  "context_tokens": 2000, "workers": 1, "tasks": ["df-test-01"]},
     "report": {"variants": ["reference", "base", "sft"]},
 }
+# the trainer has no defaults in code: its sections are complete, the repository's values overridden
+_REPO = yaml.safe_load((ROOT / "params.yaml").read_text())
+SMALL["train"] = {**_REPO["train"], **SMALL["train"]}
+SMALL["bootstrap"]["sft"] = {**_REPO["bootstrap"]["sft"], **SMALL["bootstrap"]["sft"]}
 
 
 def _copy_project(dst: Path) -> None:
