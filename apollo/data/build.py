@@ -3,7 +3,9 @@
 * **ReAct samples**: one per context window, exactly as the agent saw it (prefix, optional summary,
   verbatim steps, guidance). Labels only on kept assistant action tokens; observations, guidance,
   system/task text and masked actions stay in context without labels.
-* **Summary samples**: one per summarization call (its prompt → its summary text).
+* **Summary samples**: one per summarization call (its prompt → its summary text), unless the
+  call's mask dropped it (an empty summary, or one cut at ``max_new_tokens``: see
+  :func:`apollo.schema.summary_mask`); dropped summaries are counted by category, never trained.
 * Upsampling: every ReAct sample ×``upsample_react`` (Apollo: 7), every summary sample
   ×``upsample_summary`` (Apollo: 10).
 
@@ -19,7 +21,7 @@ from typing import Any
 
 from apollo.agent.prompt import neutralize, summary_prompt, window_conversation
 from apollo.data.tokenize import tokenize_conversation
-from apollo.schema import Trajectory
+from apollo.schema import Trajectory, summary_mask
 
 
 @dataclass
@@ -53,10 +55,15 @@ def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[l
     return examples, skipped
 
 
-def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> list[dict[str, Any]]:
+def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int,
+                     dropped: Counter | None = None) -> list[dict[str, Any]]:
+    """One sample per kept summary; ``dropped`` counts the others by mask category."""
     out = []
     for summ in traj.summaries:
-        if summ.mask is not None and not summ.mask.keep:
+        mask = summ.mask if summ.mask is not None else summary_mask(summ.text, None)
+        if mask is not None and not mask.keep:
+            if dropped is not None:
+                dropped[mask.category or "masked"] += 1
             continue
         prompt = summary_prompt(traj, summ)
         msgs = [*prompt, {"role": "assistant", "content": neutralize(summ.text)}]
@@ -95,11 +102,12 @@ def upsample(rows: list[dict[str, Any]], cfg: BuildConfig) -> list[dict[str, Any
 def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     base: list[dict[str, Any]] = []
     skipped = 0
+    dropped: Counter = Counter()
     for t in trajs:
         ex, sk = react_examples(t, tokenizer, cfg.max_length)
         base.extend(ex)
         skipped += sk
-        base.extend(summary_examples(t, tokenizer, cfg.max_length))
+        base.extend(summary_examples(t, tokenizer, cfg.max_length, dropped))
     rows = upsample(base, cfg)
     kinds = Counter(r["kind"] for r in base)
     stats = {
@@ -109,6 +117,8 @@ def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> 
         "build.rows_react": kinds.get("react", 0) * cfg.upsample_react,
         "build.rows_summary": kinds.get("summary", 0) * cfg.upsample_summary,
         "build.windows_skipped_all_masked": skipped,
+        "build.summaries_masked": sum(dropped.values()),
+        **{f"build.summaries_masked.{k}": v for k, v in sorted(dropped.items())},
         "build.tokens": sum(r["n_tokens"] for r in base),
         "build.trained_tokens": sum(r["n_trained"] for r in base),
         "build.truncated": sum(r["truncated"] for r in base),
