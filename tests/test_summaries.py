@@ -71,8 +71,8 @@ def test_summary_cut_at_max_new_tokens_is_masked(tmp_path, tokenizer):
     tokenizer.save_pretrained(tmp_path / "m")
     eng = HFEngine(tmp_path / "m", temperature=1.0, max_new_tokens=6)
     task = _task()
-    budget = eng.count_tokens(initial_messages(task.description)) + 40
-    traj = run_episode(task, eng, config=AgentConfig(max_steps=5, context_tokens=budget), seed=3)
+    budget = eng.count_tokens(initial_messages(task.description)) + 150
+    traj = run_episode(task, eng, config=AgentConfig(max_steps=8, context_tokens=budget), seed=3)
     assert traj.summaries, "the budget must trigger a summarization call"
     cut = [s for s in traj.summaries if s.tokens and len(s.tokens.token_ids) == 6
            and s.tokens.token_ids[-1] not in eng.eos_ids]
