@@ -11,6 +11,11 @@
 
 A window whose every action was masked has nothing to train on: it is skipped and counted, never
 turned into a silent all-zero example.
+
+This is the one data path from trajectories to training rows: masked SFT (``build`` stage) and the
+embedded model's behaviour cloning (:mod:`apollo.stages.bootstrap`) both train on its rows, so a
+policy learns from exactly the windows, trainable flags and summary calls it meets at inference.
+:func:`sample_conversations` gives the samples before tokenization (e.g. to train a tokenizer).
 """
 
 from __future__ import annotations
@@ -43,21 +48,31 @@ def windows(traj: Trajectory) -> list[tuple[int, int, int | None]]:
     return out
 
 
-def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
-    examples, skipped = [], 0
+@dataclass
+class ConversationSample:
+    """One training sample before tokenization: a conversation and which messages carry loss."""
+
+    kind: str  # "react" | "summary"
+    messages: list[dict[str, Any]]
+    trainable: list[bool]
+    first: int  # window (react) or covered steps (summary)
+    last: int
+
+
+def react_conversations(traj: Trajectory) -> tuple[list[ConversationSample], int]:
+    """One sample per context window with something to train; returns (samples, windows skipped)."""
+    out, skipped = [], 0
     for first, last, summ in windows(traj):
         msgs, trainable = window_conversation(traj, first, last, summ)
         if not any(trainable):
             skipped += 1
             continue
-        tok = tokenize_conversation(tokenizer, msgs, trainable, max_length=max_length)
-        examples.append(_row(tok, "react", traj, first, last))
-    return examples, skipped
+        out.append(ConversationSample("react", msgs, trainable, first, last))
+    return out, skipped
 
 
-def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int,
-                     dropped: Counter | None = None) -> list[dict[str, Any]]:
-    """One sample per kept summary; ``dropped`` counts the others by mask category."""
+def summary_conversations(traj: Trajectory, dropped: Counter | None = None) -> list[ConversationSample]:
+    """One sample per kept summarization call; ``dropped`` counts the others by mask category."""
     out = []
     for summ in traj.summaries:
         mask = summ.mask if summ.mask is not None else summary_mask(summ.text, None)
@@ -65,11 +80,32 @@ def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int,
             if dropped is not None:
                 dropped[mask.category or "masked"] += 1
             continue
-        prompt = summary_prompt(traj, summ)
-        msgs = [*prompt, {"role": "assistant", "content": neutralize(summ.text)}]
-        tok = tokenize_conversation(tokenizer, msgs, [False] * (len(msgs) - 1) + [True], max_length=max_length)
-        out.append(_row(tok, "summary", traj, summ.covers_from, summ.covers_to - 1))
+        msgs = [*summary_prompt(traj, summ), {"role": "assistant", "content": neutralize(summ.text)}]
+        out.append(ConversationSample("summary", msgs, [False] * (len(msgs) - 1) + [True],
+                                      summ.covers_from, summ.covers_to - 1))
     return out
+
+
+def sample_conversations(traj: Trajectory) -> list[ConversationSample]:
+    """Every sample of a trajectory (ReAct windows, then summary calls), untokenized."""
+    return react_conversations(traj)[0] + summary_conversations(traj)
+
+
+def _tokenized(samples: list[ConversationSample], traj: Trajectory, tokenizer: Any,
+               max_length: int) -> list[dict[str, Any]]:
+    return [_row(tokenize_conversation(tokenizer, s.messages, s.trainable, max_length=max_length),
+                 s.kind, traj, s.first, s.last) for s in samples]
+
+
+def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    samples, skipped = react_conversations(traj)
+    return _tokenized(samples, traj, tokenizer, max_length), skipped
+
+
+def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int,
+                     dropped: Counter | None = None) -> list[dict[str, Any]]:
+    """One row per kept summary; ``dropped`` counts the others by mask category."""
+    return _tokenized(summary_conversations(traj, dropped), traj, tokenizer, max_length)
 
 
 def _row(tok: dict[str, Any], kind: str, traj: Trajectory, first: int, last: int) -> dict[str, Any]:
