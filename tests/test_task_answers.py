@@ -115,3 +115,12 @@ def test_view_hint_is_off_unless_turned_on(tmp_path: Path) -> None:
 def test_params_keep_the_hint_off_in_the_main_evaluation() -> None:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert params["evaluate"]["view_hint"] is False and params["rollout"]["view_hint"] is False
+
+
+def test_stages_that_read_tasks_depend_on_the_generated_suite():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert stages["suite"]["outs"] == ["data/suite"] and stages["suite"]["params"] == ["suite"]
+    for name in ("rollout", "mask", "evaluate"):
+        deps = stages[name].get("deps") or stages[name]["do"]["deps"]
+        assert "data/suite" in deps, name
+    assert not (ROOT / "apollo" / "env" / "mini_suite").exists()  # generated data is not source
