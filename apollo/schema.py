@@ -129,10 +129,26 @@ class Summary(_Model):
     covers_to: int
     prev_summary_index: int | None = None
     before_step: int  # the summary was made before this step ran
-    text: str
+    text: str  # what the model generated (may be empty: then ``mask`` drops it)
     tokens: TokenTrace | None = None
     prompt_tokens: int = 0
-    mask: MaskDecision | None = None
+    mask: MaskDecision | None = None  # set at generation time by :func:`summary_mask`; a drop trains nothing
+
+
+def summary_mask(text: str, finish_reason: str | None, n_tokens: int = 0) -> MaskDecision | None:
+    """The mask decision of a summarization call, made when it is generated.
+
+    An empty summary, or one cut at ``max_new_tokens`` (the model never produced its end token),
+    is dropped with a reason: training it would teach an empty answer or an end the model did not
+    write. ``None`` (no decision) keeps it.
+    """
+    if not text.strip():
+        return MaskDecision(keep=False, source="symbolic", category="empty_summary",
+                            reason="the summarization call generated no text")
+    if finish_reason == "length":
+        return MaskDecision(keep=False, source="symbolic", category="truncated_summary",
+                            reason=f"the summary was cut at max_new_tokens ({n_tokens} tokens) before its end token")
+    return None
 
 
 class EvalRecord(_Model):

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = {
     "seed": 0,
     "model": {"source": "embedded", "hf_path": ""},
+    "suite": {"seed": 0},
     "bootstrap": {"preset": "micro", "vocab_size": 800, "families": ["data_filtering"],
                   "demo_tasks_per_family": 2, "demos_per_task": 1, "noise": 0.0, "max_steps": 8, "workers": 2,
                   "annotator": {"delay_s": 0.1},
@@ -73,11 +74,12 @@ def test_pipeline_end_to_end(tmp_path):
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
     _run(["git", "init", "-q"], proj, env)
     out = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
-    assert "stages run: bootstrap, rollout, guidance, mask, build, train, evaluate@" in out
+    assert "stages run: suite, bootstrap, rollout, guidance, mask, build, train, evaluate@" in out
     assert "| model |" in out and "weighted avg" in out
 
     # artifacts of every stage
-    for p in ("data/models/base/config.json", "data/rollouts/train.jsonl", "data/guidance/guidance.jsonl",
+    for p in ("data/suite/suite.json", "data/suite/test/df-test-01/evaluations/df-test-01/hint.md",
+              "data/models/base/config.json", "data/rollouts/train.jsonl", "data/guidance/guidance.jsonl",
               "data/masked/train.jsonl", "data/dataset/train.parquet", "data/models/sft/model.safetensors",
               "data/eval/sft/results.json", "data/report/results.md", "data/report/scores.png"):
         assert (proj / p).exists(), p
@@ -91,7 +93,7 @@ def test_pipeline_end_to_end(tmp_path):
     status = _run(["dvc", "status", "--json"], proj, env)
     assert json.loads(status or "{}") == {}
     lock = yaml.safe_load((proj / "dvc.lock").read_text())
-    assert {"bootstrap", "rollout", "train", "report", "evaluate@sft"} <= set(lock["stages"])
+    assert {"suite", "bootstrap", "rollout", "train", "report", "evaluate@sft"} <= set(lock["stages"])
 
     # MLflow: one parent pipeline run, a child per stage with explicit parent
     db = sqlite3.connect(proj / "mlflow" / "mlflow.db")
@@ -100,7 +102,7 @@ def test_pipeline_end_to_end(tmp_path):
     assert len(parents) == 1
     children = {runs[r] for r, in db.execute(
         "select run_uuid from tags where key='mlflow.parentRunId' and value=?", (parents[0],))}
-    assert {"bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate@base", "report"} <= children
+    assert {"suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate@base", "report"} <= children
     metric_keys = {k for k, in db.execute("select distinct key from metrics")}
     assert {"rollout.final_mean", "mask.drop_rate", "train.loss", "eval.weighted_final"} <= metric_keys
 

@@ -188,7 +188,8 @@ def test_file_tools(ws: Workspace) -> None:
     assert "notes/a.txt:2" in ws.call("search_dir", {"query": "TWO"}, 5).observation.text
     assert ws.call("finish", {}, 6).done
     assert "Thought recorded" in ws.call("think", {"thought": "hm"}, 7).observation.text
-    assert "min-quality" in ws.call("view_hint", {}, 8).observation.text
+    hint = ws.call("view_hint", {}, 8).observation  # off in the main evaluation (tests/test_task_answers.py)
+    assert hint.error and "min-quality" not in hint.text
 
 
 def _gone(pid: int) -> bool:

@@ -29,10 +29,12 @@ from apollo.env import (
 )
 from apollo.env.families import FAMILIES
 from apollo.env.families._common import REQUIRED_SECTIONS
-from apollo.env.generate import DEFAULT_OUT, SUITE, Instance, generate_suite
+from apollo.env.generate import SUITE, Instance, generate_suite, suite_instances
+from apollo.env.tasks import default_suite_root
 from apollo.evaluation.report import DOMAIN_ORDER
 
 TASKS = list_tasks()
+SUITE_ROOT = default_suite_root()  # generated for the session by tests/conftest.py
 TRAIN_COUNTS = {"data_construction": 4, "data_filtering": 3, "data_augmentation": 3, "loss_design": 2,
                 "scaffold_construction": 3, "reward_design": 3}
 TEST_COUNTS = {"data_construction": 4, "data_filtering": 3, "data_augmentation": 5, "loss_design": 3,
@@ -75,7 +77,7 @@ def test_suite_composition() -> None:
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     for prefix in ("df-train-0", "df-test-0", "ld-train-0", "ld-test-0"):  # the first ids are kept
         assert any(i.startswith(prefix + "1") for i in ids)
-    manifest = json.loads((DEFAULT_OUT / "suite.json").read_text())
+    manifest = json.loads((SUITE_ROOT / "suite.json").read_text())
     assert [(m["task_id"], m["domain"], m["split"]) for m in manifest] == [
         (i.task_id, FAMILIES[i.family].DOMAIN, i.split) for i in SUITE]
 
@@ -106,18 +108,45 @@ def test_train_and_test_instances_differ() -> None:
 
 
 def test_suite_is_small() -> None:
-    sizes = [p.stat().st_size for p in DEFAULT_OUT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    sizes = [p.stat().st_size for p in SUITE_ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     assert max(sizes) <= 50_000 and sum(sizes) <= 8_000_000
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:
     generate_suite(tmp_path)
-    committed = sorted(p.relative_to(DEFAULT_OUT) for p in DEFAULT_OUT.rglob("*")
-                       if p.is_file() and "__pycache__" not in p.parts)
+    first = sorted(p.relative_to(SUITE_ROOT) for p in SUITE_ROOT.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts)
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
-    assert committed == fresh
+    assert first == fresh
     for rel in fresh:
-        assert filecmp.cmp(DEFAULT_OUT / rel, tmp_path / rel, shallow=False), rel
+        assert filecmp.cmp(SUITE_ROOT / rel, tmp_path / rel, shallow=False), rel
+
+
+def test_suite_seed_shifts_instances() -> None:
+    assert suite_instances(0) == SUITE
+    shifted = suite_instances(3)
+    assert [i.task_id for i in shifted] == [i.task_id for i in SUITE]
+    assert all(a.seed != b.seed for a, b in zip(shifted, SUITE))
+    assert max(i.seed for i in shifted) < 50_000 or min(i.seed for i in shifted) > 100_000  # not a demo seed
+    with pytest.raises(ValueError):
+        suite_instances(-1)
+
+
+def test_no_suite_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="apollo stage suite"):
+        list_tasks(suite_root=tmp_path / "missing")
+
+
+def test_suite_stage_writes_data_suite(tmp_path: Path) -> None:
+    from apollo.config import Paths
+    from apollo.stages import suite as stage
+
+    metrics = stage.run({"suite": {"seed": 0}}, None, Paths(tmp_path))
+    assert metrics["suite.tasks"] == 38 and metrics["suite.train"] == 18 and metrics["suite.test"] == 20
+    out = tmp_path / "data" / "suite"
+    assert (out / "suite.json").read_text() == (SUITE_ROOT / "suite.json").read_text()
+    assert len(list_tasks(suite_root=out)) == 38
+    assert not [p for p in (tmp_path / "data").iterdir() if p.name != "suite"]  # no temp folder left
 
 
 def test_fresh_instances_generate_for_every_family(tmp_path: Path) -> None:

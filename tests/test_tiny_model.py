@@ -38,10 +38,22 @@ def tok():
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory) -> tuple[Path, dict]:
+def demos():
+    """Scripted demonstrations: what behaviour cloning trains on (through the dataset builder)."""
+    from apollo.agent.react import AgentConfig, run_episode
+    from apollo.engines.scripted import ScriptedEngine
+    from apollo.env.tasks import list_tasks
+
+    tasks = [t for t in list_tasks(split="train") if t.family in ("data_filtering", "data_construction")][:2]
+    return [run_episode(t, ScriptedEngine(t, noise=0.2, seed=k), config=AgentConfig(max_steps=8), seed=k)
+            for k, t in enumerate(tasks)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, demos) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("models") / "base"
     stats = bootstrap_model(
-        out, CONVS, corpus_texts=["extra corpus text"], preset="micro",
+        out, demos, corpus_texts=["extra corpus text"], preset="micro",
         sft=replace(bc_defaults(), max_steps=30, progress=False), vocab_size=1024,
     )
     return out, stats
@@ -108,7 +120,7 @@ def test_config_presets(tok):
     assert 0.8e6 < count_parameters(make_model(make_config(tok, "tiny"))) < 1.0e6  # 1.3 M at vocab 4096
 
 
-def test_saved_model_loads_and_generates(saved):
+def test_saved_model_loads_and_generates(saved, demos):
     out, stats = saved
     assert stats["final_loss"] < stats["first_loss"] and stats["params"] > 0
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
@@ -121,7 +133,7 @@ def test_saved_model_loads_and_generates(saved):
     gen = model.generate(ids, max_new_tokens=8, do_sample=False)
     assert gen.shape[1] > ids.shape[1]
     # a second bootstrap into the same directory replaces it atomically
-    bootstrap_model(out, CONVS[:2], preset="micro", sft=replace(bc_defaults(), max_steps=1, progress=False), vocab_size=512)
+    bootstrap_model(out, demos[:1], preset="micro", sft=replace(bc_defaults(), max_steps=1, progress=False), vocab_size=512)
     assert len(AutoTokenizer.from_pretrained(out)) < len(tok)
 
 

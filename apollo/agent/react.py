@@ -26,6 +26,7 @@ from apollo.schema import (
     Summary,
     TokenTrace,
     Trajectory,
+    summary_mask,
 )
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ def _summarize(engine: Engine, traj: Trajectory, step_index: int, first_step: in
                    prev_summary_index=summary_index, before_step=step_index, text="")
     prompt = summary_prompt(traj, summ)
     gen = engine.generate(prompt, seed=seed)
-    summ.text = gen.text.strip() or "(empty summary)"
+    summ.text = gen.text.strip()  # what the model wrote (also what the agent sees next): no placeholder
+    summ.mask = summary_mask(summ.text, gen.finish_reason, len(gen.token_ids or []))
     summ.prompt_tokens = gen.prompt_tokens or engine.count_tokens(prompt)
     if gen.token_ids is not None:
         summ.tokens = TokenTrace(token_ids=gen.token_ids, logprobs=gen.logprobs, entropies=gen.entropies)

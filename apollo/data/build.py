@@ -3,12 +3,19 @@
 * **ReAct samples**: one per context window, exactly as the agent saw it (prefix, optional summary,
   verbatim steps, guidance). Labels only on kept assistant action tokens; observations, guidance,
   system/task text and masked actions stay in context without labels.
-* **Summary samples**: one per summarization call (its prompt → its summary text).
+* **Summary samples**: one per summarization call (its prompt → its summary text), unless the
+  call's mask dropped it (an empty summary, or one cut at ``max_new_tokens``: see
+  :func:`apollo.schema.summary_mask`); dropped summaries are counted by category, never trained.
 * Upsampling: every ReAct sample ×``upsample_react`` (Apollo: 7), every summary sample
   ×``upsample_summary`` (Apollo: 10).
 
 A window whose every action was masked has nothing to train on: it is skipped and counted, never
 turned into a silent all-zero example.
+
+This is the one data path from trajectories to training rows: masked SFT (``build`` stage) and the
+embedded model's behaviour cloning (:mod:`apollo.stages.bootstrap`) both train on its rows, so a
+policy learns from exactly the windows, trainable flags and summary calls it meets at inference.
+:func:`sample_conversations` gives the samples before tokenization (e.g. to train a tokenizer).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 
 from apollo.agent.prompt import neutralize, summary_prompt, window_conversation
 from apollo.data.tokenize import tokenize_conversation
-from apollo.schema import Trajectory
+from apollo.schema import Trajectory, summary_mask
 
 
 @dataclass
@@ -41,28 +48,64 @@ def windows(traj: Trajectory) -> list[tuple[int, int, int | None]]:
     return out
 
 
-def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
-    examples, skipped = [], 0
+@dataclass
+class ConversationSample:
+    """One training sample before tokenization: a conversation and which messages carry loss."""
+
+    kind: str  # "react" | "summary"
+    messages: list[dict[str, Any]]
+    trainable: list[bool]
+    first: int  # window (react) or covered steps (summary)
+    last: int
+
+
+def react_conversations(traj: Trajectory) -> tuple[list[ConversationSample], int]:
+    """One sample per context window with something to train; returns (samples, windows skipped)."""
+    out, skipped = [], 0
     for first, last, summ in windows(traj):
         msgs, trainable = window_conversation(traj, first, last, summ)
         if not any(trainable):
             skipped += 1
             continue
-        tok = tokenize_conversation(tokenizer, msgs, trainable, max_length=max_length)
-        examples.append(_row(tok, "react", traj, first, last))
-    return examples, skipped
+        out.append(ConversationSample("react", msgs, trainable, first, last))
+    return out, skipped
 
 
-def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> list[dict[str, Any]]:
+def summary_conversations(traj: Trajectory, dropped: Counter | None = None) -> list[ConversationSample]:
+    """One sample per kept summarization call; ``dropped`` counts the others by mask category."""
     out = []
     for summ in traj.summaries:
-        if summ.mask is not None and not summ.mask.keep:
+        mask = summ.mask if summ.mask is not None else summary_mask(summ.text, None)
+        if mask is not None and not mask.keep:
+            if dropped is not None:
+                dropped[mask.category or "masked"] += 1
             continue
-        prompt = summary_prompt(traj, summ)
-        msgs = [*prompt, {"role": "assistant", "content": neutralize(summ.text)}]
-        tok = tokenize_conversation(tokenizer, msgs, [False] * (len(msgs) - 1) + [True], max_length=max_length)
-        out.append(_row(tok, "summary", traj, summ.covers_from, summ.covers_to - 1))
+        msgs = [*summary_prompt(traj, summ), {"role": "assistant", "content": neutralize(summ.text)}]
+        out.append(ConversationSample("summary", msgs, [False] * (len(msgs) - 1) + [True],
+                                      summ.covers_from, summ.covers_to - 1))
     return out
+
+
+def sample_conversations(traj: Trajectory) -> list[ConversationSample]:
+    """Every sample of a trajectory (ReAct windows, then summary calls), untokenized."""
+    return react_conversations(traj)[0] + summary_conversations(traj)
+
+
+def _tokenized(samples: list[ConversationSample], traj: Trajectory, tokenizer: Any,
+               max_length: int) -> list[dict[str, Any]]:
+    return [_row(tokenize_conversation(tokenizer, s.messages, s.trainable, max_length=max_length),
+                 s.kind, traj, s.first, s.last) for s in samples]
+
+
+def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    samples, skipped = react_conversations(traj)
+    return _tokenized(samples, traj, tokenizer, max_length), skipped
+
+
+def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int,
+                     dropped: Counter | None = None) -> list[dict[str, Any]]:
+    """One row per kept summary; ``dropped`` counts the others by mask category."""
+    return _tokenized(summary_conversations(traj, dropped), traj, tokenizer, max_length)
 
 
 def _row(tok: dict[str, Any], kind: str, traj: Trajectory, first: int, last: int) -> dict[str, Any]:
@@ -95,11 +138,12 @@ def upsample(rows: list[dict[str, Any]], cfg: BuildConfig) -> list[dict[str, Any
 def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     base: list[dict[str, Any]] = []
     skipped = 0
+    dropped: Counter = Counter()
     for t in trajs:
         ex, sk = react_examples(t, tokenizer, cfg.max_length)
         base.extend(ex)
         skipped += sk
-        base.extend(summary_examples(t, tokenizer, cfg.max_length))
+        base.extend(summary_examples(t, tokenizer, cfg.max_length, dropped))
     rows = upsample(base, cfg)
     kinds = Counter(r["kind"] for r in base)
     stats = {
@@ -109,6 +153,8 @@ def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> 
         "build.rows_react": kinds.get("react", 0) * cfg.upsample_react,
         "build.rows_summary": kinds.get("summary", 0) * cfg.upsample_summary,
         "build.windows_skipped_all_masked": skipped,
+        "build.summaries_masked": sum(dropped.values()),
+        **{f"build.summaries_masked.{k}": v for k, v in sorted(dropped.items())},
         "build.tokens": sum(r["n_tokens"] for r in base),
         "build.trained_tokens": sum(r["n_trained"] for r in base),
         "build.truncated": sum(r["truncated"] for r in base),

@@ -19,6 +19,9 @@ class Generation:
     entropies: list[float] | None = None  # entropy of the sampling distribution per token
     prompt_tokens: int = 0
     gen_time_s: float = 0.0
+    # "stop": the model ended its turn; "length": cut at max_new_tokens (no end token was produced);
+    # None: the engine cannot tell
+    finish_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -98,4 +98,5 @@ class HFEngine:
             entropies=entropies,
             prompt_tokens=len(ids),
             gen_time_s=time.perf_counter() - t0,
+            finish_reason="stop" if new and new[-1] in self.eos_ids else "length",
         )

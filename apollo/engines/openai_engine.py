@@ -67,4 +67,5 @@ class OpenAIEngine:
             logprobs=logprobs,
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             gen_time_s=time.perf_counter() - t0,
+            finish_reason=choice.finish_reason,
         )

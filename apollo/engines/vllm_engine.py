@@ -91,4 +91,5 @@ class VLLMEngine:
             entropies=None,  # vLLM does not return full distributions; APPO recomputes on the trainer
             prompt_tokens=len(out.prompt_token_ids or []),
             gen_time_s=time.perf_counter() - t0,
+            finish_reason=comp.finish_reason,
         )

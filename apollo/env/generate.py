@@ -1,7 +1,9 @@
-"""Generate the mini task suite: ``python -m apollo.env.generate [--out DIR]``.
+"""Generate the mini task suite: ``python -m apollo.env.generate [--out DIR] [--seed N]``.
 
-The suite is a list of ``(task_id, family, split, seed)`` instances (:data:`SUITE`); generation is
-deterministic, so the committed ``apollo/env/mini_suite/`` can be checked byte-for-byte.
+The suite is a list of ``(task_id, family, split, seed)`` instances (:func:`suite_instances`);
+generation is deterministic in ``seed`` (params.yaml ``suite.seed``), byte for byte. The suite is an
+artifact, not source: the DVC stage ``suite`` (:mod:`apollo.stages.suite`) writes it to
+``data/suite/`` in InnovatorBench's layout, and every stage that reads tasks depends on it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from apollo.env.families import FAMILIES
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "mini_suite"
+DEFAULT_OUT = Path("data") / "suite"
 SPLITS = ("train", "test")
 
 
@@ -43,15 +45,30 @@ SUITE_SPEC: tuple[tuple[str, str, int, int, int], ...] = (
     ("reward_design", "rd", 3, 2, 5000),
     ("scaffold_construction", "sc", 3, 3, 6000),
 )
-SUITE: list[Instance] = [inst for spec in SUITE_SPEC for inst in _instances(*spec)]
+# Seed strides between suite seeds: instance seeds stay below the bootstrap demonstrations' 50_000+.
+SEED_STRIDE = 10_000
 
 
-def generate_suite(out: Path = DEFAULT_OUT, instances: list[Instance] | None = None) -> list[Path]:
+def suite_instances(seed: int = 0) -> list[Instance]:
+    """Apollo's 18 train and InnovatorBench's 20 test instances; ``seed`` shifts every instance seed."""
+    if seed < 0:
+        raise ValueError(f"suite seed must be >= 0, got {seed}")
+    shift = 0 if seed == 0 else 100_000 + seed * SEED_STRIDE  # seed 0 keeps the documented seeds
+    return [Instance(i.task_id, i.family, i.split, i.seed + shift)
+            for spec in SUITE_SPEC for i in _instances(*spec)]
+
+
+SUITE: list[Instance] = suite_instances(0)
+
+
+def generate_suite(out: Path = DEFAULT_OUT, instances: list[Instance] | None = None, *,
+                   seed: int = 0) -> list[Path]:
     """(Re)write every instance under ``out/<split>/<task_id>/``; returns the task dirs.
 
-    Only ``out/train``, ``out/test`` and ``out/suite.json`` are replaced.
+    ``instances`` defaults to :func:`suite_instances` of ``seed``. Only ``out/train``,
+    ``out/test`` and ``out/suite.json`` are replaced.
     """
-    instances = SUITE if instances is None else instances
+    instances = suite_instances(seed) if instances is None else instances
     out = Path(out)
     for split in SPLITS:
         if (out / split).exists():
@@ -73,10 +90,11 @@ def generate_suite(out: Path = DEFAULT_OUT, instances: list[Instance] | None = N
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="suite root (default: apollo/env/mini_suite)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="suite root (default: data/suite)")
+    ap.add_argument("--seed", type=int, default=0, help="suite seed (params.yaml suite.seed)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    dirs = generate_suite(args.out)
+    dirs = generate_suite(args.out, seed=args.seed)
     print(f"wrote {len(dirs)} tasks to {args.out} in {time.perf_counter() - t0:.1f}s")
 
 

@@ -1,7 +1,9 @@
 """Task loading: the mini suite (and any suite in the same layout) as :class:`TaskSpec` records.
 
 Layout: ``<suite_root>/<split>/<task_id>/task.yaml`` (see :mod:`apollo.env.families._common`).
-The suite root defaults to ``$APOLLO_SUITE_ROOT`` or the committed ``apollo/env/mini_suite``.
+The suite is a generated artifact, not source: the DVC stage ``suite`` writes it from
+:mod:`apollo.env.families` into ``data/suite/`` (``python -m apollo stage suite``). The suite root
+is ``$APOLLO_SUITE_ROOT`` if set, else ``<project root>/data/suite``.
 """
 
 from __future__ import annotations
@@ -24,12 +26,26 @@ DOMAINS: tuple[str, ...] = (
     "scaffold_construction",
 )
 SPLITS: tuple[str, ...] = ("train", "test")
-DEFAULT_SUITE_ROOT = Path(__file__).resolve().parent / "mini_suite"
+SUITE_DIR = Path("data") / "suite"  # relative to the project root (apollo.config.project_root)
 
 
 def default_suite_root() -> Path:
+    """``$APOLLO_SUITE_ROOT``, else ``<project root>/data/suite`` (written by the ``suite`` stage)."""
     env = os.environ.get("APOLLO_SUITE_ROOT")
-    return Path(env) if env else DEFAULT_SUITE_ROOT
+    if env:
+        return Path(env)
+    from apollo.config import project_root
+
+    return project_root() / SUITE_DIR
+
+
+def _suite_root(suite_root: Path | str | None) -> Path:
+    root = Path(suite_root) if suite_root is not None else default_suite_root()
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"no task suite at {root}: generate it with `python -m apollo stage suite` (or `dvc repro suite`), "
+            "or point $APOLLO_SUITE_ROOT at a suite")
+    return root
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,7 @@ class TaskSpec:
     eval_name: str | None = None
     hint_path: Path | None = None
     eval_protocol: str = "mini"
+    view_hint: bool = False  # the hint tool answers only when on (off in InnovatorBench's main evaluation)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -79,11 +96,12 @@ class TaskSpec:
 
     @property
     def hint(self) -> str:
-        p = self.hint_path if self.hint_path is not None else self.task_dir / "hint.md"
+        """The hint text (``evaluations/<task>/hint.md``, hidden from the workspace like the evaluation)."""
+        p = self.hint_path if self.hint_path is not None else self.eval_dir / "hint.md"
         return p.read_text(encoding="utf-8") if p.is_file() else ""
 
 
-def _load_spec(task_dir: Path) -> TaskSpec:
+def _load_spec(task_dir: Path, view_hint: bool = False) -> TaskSpec:
     meta_path = task_dir / "task.yaml"
     meta: dict[str, Any] = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
     domain = meta["domain"]
@@ -98,25 +116,28 @@ def _load_spec(task_dir: Path) -> TaskSpec:
         max_evals=int(meta.get("max_eval_num", 3)),
         max_steps=int(meta.get("max_steps", 30)),
         max_wall_s=float(meta.get("max_working_time", 600.0)),
+        view_hint=view_hint,
     )
 
 
-def list_tasks(split: str | None = None, suite_root: Path | str | None = None) -> list[TaskSpec]:
-    """All tasks of the suite (of one split if given), sorted by task id."""
-    root = Path(suite_root) if suite_root is not None else default_suite_root()
+def list_tasks(split: str | None = None, suite_root: Path | str | None = None, *,
+               view_hint: bool = False) -> list[TaskSpec]:
+    """All tasks of the suite (of one split if given), sorted by task id; ``view_hint`` turns the hint
+    tool on (the "with hint" table); it is off in the main evaluation, as in InnovatorBench."""
+    root = _suite_root(suite_root)
     if split is not None and split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     splits = SPLITS if split is None else (split,)
-    specs = [_load_spec(p.parent) for s in splits for p in sorted((root / s).glob("*/task.yaml"))]
+    specs = [_load_spec(p.parent, view_hint) for s in splits for p in sorted((root / s).glob("*/task.yaml"))]
     return sorted(specs, key=lambda t: t.task_id)
 
 
-def load_task(task_id: str, suite_root: Path | str | None = None) -> TaskSpec:
+def load_task(task_id: str, suite_root: Path | str | None = None, *, view_hint: bool = False) -> TaskSpec:
     """The task with this id; raises ``KeyError`` naming the known ids otherwise."""
-    root = Path(suite_root) if suite_root is not None else default_suite_root()
+    root = _suite_root(suite_root)
     for split in SPLITS:
         if (root / split / task_id / "task.yaml").is_file():
-            return _load_spec(root / split / task_id)
+            return _load_spec(root / split / task_id, view_hint)
     known = [t.task_id for t in list_tasks(suite_root=root)]
     raise KeyError(f"no task {task_id!r} under {root}; known: {known}")
 

@@ -55,11 +55,15 @@ TOOL_SPECS: dict[str, ToolSpec] = {
               path=(str, ".")),
         _spec("think", "Write down a thought; nothing runs.", thought=(str, REQUIRED)),
         _spec("sleep", "Wait some seconds (capped).", seconds=(float, REQUIRED)),
-        _spec("view_hint", "Show the task hint."),
+        _spec("view_hint", "Show the task hint (off in the main evaluation)."),
         _spec("eval", "Score the current workspace (at most 3 times)."),
         _spec("finish", "End the task; a final evaluation runs."),
     )
 }
+
+# view_hint answers only for tasks loaded with ``view_hint=True`` (params ``evaluate.view_hint``, the
+# "with hint" table); InnovatorBench's main evaluation disables the hint tool, and so do we.
+HINT_OFF = "Error: view_hint is disabled in this evaluation."
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 

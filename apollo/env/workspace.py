@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo.env.tasks import TaskSpec
-from apollo.env.tools import TOOL_SPECS, ArgumentError, check_command, coerce_arguments, resolve_path
+from apollo.env.tools import HINT_OFF, TOOL_SPECS, ArgumentError, check_command, coerce_arguments, resolve_path
 from apollo.schema import EvalRecord, Observation
 
 _SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
@@ -525,6 +525,8 @@ class Workspace:
         return self._obs("Thought recorded.")
 
     def _tool_view_hint(self, step: int) -> ToolResult:
+        if not getattr(self.task, "view_hint", False):
+            return self._obs(HINT_OFF, error=True)
         hint = self.task.hint.strip()
         return self._obs(hint or "No hint for this task.")
 

@@ -1,4 +1,8 @@
-"""Bootstrap the embedded tiny model: tokenizer + Qwen2 model, behaviour-cloned on conversations.
+"""Bootstrap the embedded tiny model: tokenizer + Qwen2 model, behaviour-cloned on trajectories.
+
+Behaviour cloning goes through the dataset builder (:mod:`apollo.data.build`), the same data path as
+masked SFT: one sample per context window the agent saw (with its summary and guidance), loss only
+on trainable actions, one sample per kept summarization call, upsampled ×7 / ×10.
 
 :func:`bootstrap_model` writes a complete HF model directory (``model.safetensors``,
 ``config.json``, ``generation_config.json`` with ``eos = <|im_end|>``, tokenizer files and
@@ -7,13 +11,12 @@ which then replaces it by rename, so a reader never sees a half-written model.
 
 :func:`synthetic_conversations` makes agent-like conversations (system prompt listing the tools,
 a task description, assistant tool calls, tool observations, occasional ``<real_user>`` guidance)
-for tests and benchmarks; the real behaviour-cloning data comes from the scripted agent.
+for tokenizer/trainer tests and benchmarks; the behaviour-cloning data are scripted-agent trajectories.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 import shutil
@@ -26,7 +29,8 @@ from typing import Any
 import torch
 
 from apollo.agent.actions import format_action
-from apollo.data.tokenize import render, tokenize_conversation
+from apollo.data.build import BuildConfig, build_dataset, sample_conversations
+from apollo.data.tokenize import render
 from apollo.models.tiny import count_parameters, make_config, make_model, train_tokenizer
 from apollo.train.config import TrainConfig, loop_config, read_yaml, repo_params_path
 from apollo.train.loop import train
@@ -34,7 +38,8 @@ from apollo.train.loop import train
 
 def bootstrap_model(
     out_dir: Path | str,
-    conversations: Sequence[Sequence[dict[str, Any]]],
+    trajectories: Sequence[Any],
+    build: BuildConfig | None = None,
     corpus_texts: Sequence[str] = (),
     preset: str = "tiny",
     sft: TrainConfig | None = None,
@@ -42,39 +47,32 @@ def bootstrap_model(
     vocab_size: int = 4096,
     on_log: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train a tokenizer, make a ``preset`` model, behaviour-clone it, save it to ``out_dir``.
+    """Train a tokenizer, make a ``preset`` model, behaviour-clone it on ``trajectories``, save it.
 
-    The tokenizer is trained on ``corpus_texts`` plus the rendered conversations; every assistant
-    turn of every conversation is trained (conversations without an assistant turn are an error).
-    Sequences longer than ``sft.max_length`` are truncated (their tail is not trained).
-    ``sft=None`` uses :func:`default_bc_config` (tuned for the tiny preset: ≈2 min on 2 cores for
-    100–300 agent trajectories of ~2 k tokens).
+    The training rows are the dataset builder's (``build``, default :class:`BuildConfig` with
+    ``max_length = sft.max_length``); the tokenizer is trained on ``corpus_texts`` plus the rendered
+    builder samples. ``sft=None`` uses :func:`default_bc_config`.
 
     Returns stats: ``params``, ``vocab_size``, ``final_loss``, ``first_loss``, ``tokens`` (seen in
-    training), ``trained_tokens``, ``examples``, ``truncated``, ``seconds`` (total),
-    ``train_seconds``, ``tokens_per_s``, ``out_dir`` — and the SFT ``history``.
+    training), ``trained_tokens``, ``examples`` (rows), ``truncated``, ``seconds`` (total),
+    ``train_seconds``, ``tokens_per_s``, ``out_dir``, the builder's ``build.*`` counts — and the SFT
+    ``history``.
     """
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
-    if not conversations:
-        raise ValueError("bootstrap needs at least one conversation")
+    trajectories = list(trajectories)
+    samples = [s for t in trajectories for s in sample_conversations(t)]
+    if not samples:
+        raise ValueError(f"bootstrap: no trainable sample in {len(trajectories)} trajectories")
 
     # The template does not depend on the tokenizer: render with a throwaway one first.
     probe = train_tokenizer(["a b"], vocab_size=300)
-    rendered = [render(probe, conv) for conv in conversations]
+    rendered = [render(probe, s.messages) for s in samples]
     tokenizer = train_tokenizer(list(corpus_texts) + rendered, vocab_size=vocab_size)
     t_tok = time.perf_counter() - t0
 
-    examples = []
-    n_truncated = 0
-    max_length = sft.max_length if sft is not None else bc_defaults(seed).max_length
-    for k, conv in enumerate(conversations):
-        try:
-            ex = tokenize_conversation(tokenizer, conv, max_length=max_length)
-        except ValueError as e:
-            raise ValueError(f"conversation {k}: {e}") from e
-        n_truncated += int(ex["truncated"])
-        examples.append(ex)
+    build = build or BuildConfig(max_length=sft.max_length if sft is not None else bc_defaults(seed).max_length)
+    examples, build_stats = build_dataset(trajectories, tokenizer, build)
     sft = sft or default_bc_config(examples, seed=seed)
 
     config = make_config(tokenizer, preset)
@@ -94,7 +92,8 @@ def bootstrap_model(
         "steps": stats["steps"],
         "stopped_early": stats["stopped_early"],
         "examples": len(examples),
-        "truncated": n_truncated,
+        "truncated": build_stats["build.truncated"],
+        **build_stats,
         "tokenizer_seconds": t_tok,
         "train_seconds": stats["seconds"],
         "tokens_per_s": stats["tokens_per_s"],
@@ -115,7 +114,7 @@ def default_bc_config(
     seed: int = 0,
     target_steps: int = 500,
     token_budget: int = 1_000_000,
-    time_budget_s: float | None = 170.0,
+    time_budget_s: float | None = None,
     **overrides: Any,
 ) -> TrainConfig:
     """Behaviour-cloning hyper-parameters for the tiny preset, sized to finish in < 3 min on 2 cores.
@@ -285,16 +284,3 @@ def synthetic_conversations(
     return convs
 
 
-def corpus_from_conversations(conversations: Sequence[Sequence[dict[str, Any]]]) -> list[str]:
-    """Message contents as plain texts (a tokenizer corpus)."""
-    return [m["content"] for conv in conversations for m in conv]
-
-
-if __name__ == "__main__":  # python -m apollo.models.bootstrap OUT_DIR [N] : a synthetic smoke model
-    import sys
-
-    out = sys.argv[1] if len(sys.argv) > 1 else "data/models/base"
-    convs = synthetic_conversations(int(sys.argv[2]) if len(sys.argv) > 2 else 200)
-    result = bootstrap_model(out, convs)
-    result.pop("history")
-    print(json.dumps(result, indent=2))

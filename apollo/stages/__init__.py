@@ -16,7 +16,7 @@ from apollo.tracking import stage_run
 
 log = logging.getLogger(__name__)
 
-STAGES = ("bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "report")
+STAGES = ("suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "report")
 
 
 def stage_module(name: str):

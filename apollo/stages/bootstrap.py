@@ -3,7 +3,9 @@
 * ``model.source: embedded`` (default): make the tiny model here, with no download. Fresh task
   instances (seeds disjoint from the train and test suites) are generated; the noisy scripted agent
   works them while the simulated annotator watches, so demonstrations hold realistic mistakes and
-  guidance-following; the tiny Qwen2 model is behaviour-cloned on those conversations.
+  guidance-following; the tiny Qwen2 model is behaviour-cloned on them through the dataset builder
+  (:mod:`apollo.data.build`): the same context windows, trainable flags and summary samples the agent
+  sees at inference, the same data path as masked SFT.
 * ``model.source: hf``: copy a local Hugging Face model directory (``model.hf_path``) into place.
 """
 
@@ -64,10 +66,10 @@ def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Tra
     a = p.get("annotator", {}) or {}
     acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 0.3)), poll_s=0.05,
                            max_per_trajectory=int(a.get("max_per_trajectory", 3)))
+    clean_every = int(p.get("clean_every", 3))
 
     def one(job: RolloutJob) -> Trajectory:
-        # a clean share of demonstrations follows the reference plan, the rest make mistakes
-        job_noise = 0.0 if job.sample == 0 and job.seed % 3 == 0 else noise
+        job_noise = noise if is_noisy(job, clean_every) else 0.0
         eng = ScriptedEngine(tasks[job.task_id], noise=job_noise, seed=job.seed)
         t = episode(tasks[job.task_id], eng, job, cfg, guidance=store, meta={"noise": job_noise})
         t.meta["mistakes"] = list(eng.agent.mistakes)
@@ -77,15 +79,23 @@ def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Tra
         return run_jobs(jobs, one, int(p.get("workers", 8)), "demonstrations")
 
 
-def conversations(trajs: list[Trajectory]) -> list[list[dict[str, Any]]]:
-    from apollo.agent.prompt import window_conversation
+def is_noisy(job: Any, clean_every: int) -> bool:
+    """A clean share of demonstrations follows the reference plan (the first sample of every
+    ``clean_every``-th seed, params ``bootstrap.clean_every``; 0: none), the rest make mistakes."""
+    return not (clean_every > 0 and job.sample == 0 and job.seed % clean_every == 0)
 
-    convs = []
-    for t in trajs:
-        if t.steps:
-            msgs, _ = window_conversation(t, 0, len(t.steps) - 1, None)
-            convs.append(msgs)
-    return convs
+
+def build_config(p: dict[str, Any], max_length: int):
+    """The builder settings of behaviour cloning (``bootstrap.build``; Apollo's ×7 / ×10 by default)."""
+    from apollo.data.build import BuildConfig
+
+    b = p.get("build") or {}
+    unknown = sorted(set(b) - {"upsample_react", "upsample_summary", "max_length"})
+    if unknown:
+        raise ValueError(f"params.yaml: bootstrap.build: unknown field(s) {unknown}")
+    return BuildConfig(upsample_react=int(b.get("upsample_react", 7)),
+                       upsample_summary=int(b.get("upsample_summary", 10)),
+                       max_length=int(b.get("max_length", max_length)))
 
 
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, Any]:
@@ -113,15 +123,14 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     sft = loop_config(p.get("sft") or {}, seed, where="params.yaml: bootstrap.sft")  # checked before the demos
     with tempfile.TemporaryDirectory(prefix="apollo-bootstrap-") as wd:
         demos = make_demonstrations(p, seed, Path(wd))
-    convs = conversations(demos)
     corpus = [t.prefix_messages[1]["content"] for t in demos]
 
     def on_log(rec: dict[str, Any]) -> None:
         if tracker is not None:
             tracker.log_metrics({f"bc.{k}": v for k, v in rec.items() if k != "step"}, step=int(rec["step"]))
 
-    stats = bootstrap_model(out, convs, corpus, preset=p.get("preset", "tiny"), sft=sft, seed=seed,
-                            vocab_size=int(p.get("vocab_size", 4096)), on_log=on_log)
+    stats = bootstrap_model(out, demos, build_config(p, sft.max_length), corpus, preset=p.get("preset", "tiny"),
+                            sft=sft, seed=seed, vocab_size=int(p.get("vocab_size", 4096)), on_log=on_log)
     mistakes: dict[str, int] = {}
     for t in demos:
         for k in t.meta.get("mistakes", []):

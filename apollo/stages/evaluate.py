@@ -26,7 +26,7 @@ def run_one(job: RolloutJob, params: dict[str, Any], variant: str, paths: Paths 
 
     paths = paths or Paths.default()
     p = section(params, "evaluate")
-    task = load_task(job.task_id)
+    task = load_task(job.task_id, view_hint=bool(p.get("view_hint", False)))
     if variant == "reference":
         from apollo.engines.scripted import ScriptedEngine
 

@@ -43,7 +43,7 @@ def run_one(job: RolloutJob, params: dict[str, Any], paths: Paths | None = None)
 
     paths = paths or Paths.default()
     p = section(params, "rollout")
-    task = load_task(job.task_id)
+    task = load_task(job.task_id, view_hint=bool(p.get("view_hint", False)))
     if p.get("engine") == "scripted":  # expert demonstrations from the noisy scripted agent
         from apollo.engines.scripted import ScriptedEngine
 

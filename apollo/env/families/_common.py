@@ -4,7 +4,6 @@ A task directory ``<suite>/<split>/<task_id>/`` holds::
 
     task.yaml                                  metadata (domain, family, max_working_time, ...)
     task/task_description.md                   what the agent reads (≤ 900 characters)
-    hint.md                                    a hint (view_hint)
     workspace/scripts/, workspace/data/        copied into the agent's sandbox
     evaluations/<task_id>/task/evaluation.py   hidden: TaskBenchmark(config).validate()
     evaluations/<task_id>/task/config.py       hidden: TaskConfig(eval_workspace=..., workspace=...)
@@ -12,6 +11,12 @@ A task directory ``<suite>/<split>/<task_id>/`` holds::
     evaluations/<task_id>/task/data/           hidden: clean test data
     evaluations/<task_id>/reference_plan.json  hidden: the reference solution, ordered steps
     evaluations/<task_id>/baseline_plan.json   hidden: the baseline (scores 0 by construction)
+    evaluations/<task_id>/hint.md              hidden: the hint (``view_hint``, off in the main evaluation)
+    evaluations/<task_id>/answer.json          hidden: the calibrated answer (the values the hint states)
+
+Answers are drawn from per-split pools (:func:`answer_pool`): a test instance's calibrated answer is
+never a train instance's answer, nor stated by any train instance's advice or hint, so guided
+training data cannot teach test answers (InnovatorBench's test tasks are unseen tasks too).
 """
 
 from __future__ import annotations
@@ -58,6 +63,23 @@ def load_template_module(family: str, name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def answer_pool(pools: dict[str, tuple[Any, ...]], split: str, family: str) -> tuple[Any, ...]:
+    """The answers a ``split`` instance may draw (train and test pools are disjoint)."""
+    if split not in pools:
+        raise ValueError(f"{family}: no answer pool for split {split!r} (known: {sorted(pools)})")
+    return pools[split]
+
+
+def write_answer(task_dir: Path, task_id: str, answer: dict[str, Any]) -> None:
+    """Record the calibrated answer (hidden) so tests can check train/test disjointness."""
+    write_json(task_dir / "evaluations" / task_id / "answer.json", answer)
+
+
+def write_hint(task_dir: Path, task_id: str, text: str) -> None:
+    """``evaluations/<task_id>/hint.md``, where InnovatorBench keeps it: outside the workspace."""
+    write_text(task_dir / "evaluations" / task_id / "hint.md", text)
 
 
 def write_description(task_dir: Path, title: str, sections: dict[str, str]) -> None:

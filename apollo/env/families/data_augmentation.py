@@ -25,8 +25,9 @@ OUTPUT = "output/augmented.jsonl"
 _CASES = (("fraud detection", "fraud_train.jsonl"), ("defect detection", "defects_train.jsonl"),
           ("rare-event detection", "rare_events.jsonl"), ("churn prediction", "churn_train.jsonl"),
           ("fault diagnosis", "train.jsonl"))
-_OPTIONS = (("smote", 1.0, 0.0), ("random", 1.0, 0.3), ("smote", 0.8, 0.1), ("random", 0.8, 0.5),
-            ("smote", 1.0, 0.2))
+# (method, ratio, noise), the calibrated augment.py options: test ratios and noises are never train ones
+_OPTIONS = {"train": (("smote", 1.0, 0.0), ("random", 1.0, 0.3), ("smote", 0.8, 0.1), ("random", 0.8, 0.5)),
+            "test": (("smote", 0.9, 0.2), ("random", 0.9, 0.4), ("smote", 0.7, 0.15), ("random", 0.7, 0.2))}
 N_VALID, N_TEST = 40, 200  # per class
 MIN_GAP = 0.06  # reference minus baseline balanced accuracy
 
@@ -62,7 +63,7 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
     pick = random.Random(seed)
     topic, name = pick.choice(_CASES)
-    method, ratio, noise = pick.choice(_OPTIONS)
+    method, ratio, noise = pick.choice(c.answer_pool(_OPTIONS, split, FAMILY))
     d = pick.choice((4, 5, 6))
     n_major, n_minor = pick.randint(200, 240), pick.randint(10, 16)
     aug = c.load_template_module(FAMILY, "augment.py")
@@ -115,7 +116,8 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
         },
     )
     opts = f"--method {method} --ratio {ratio} --noise {noise}"
-    c.write_text(task_dir / "hint.md", f"Use scripts/augment.py with {opts}, then check with scripts/train.py.\n")
+    c.write_hint(task_dir, task_id, f"Use scripts/augment.py with {opts}, then check with scripts/train.py.\n")
+    c.write_answer(task_dir, task_id, {"method": method, "ratio": ratio, "noise": noise})
     c.write_task_meta(
         task_dir, task_id=task_id, split=split, domain=DOMAIN, family=FAMILY, seed=seed,
         max_steps=20, max_working_time=300,

@@ -35,6 +35,8 @@ _PATTERNS = (
     "a {NOUN} near the {ADJ} {NOUN} {VERB}",
     "the {ADJ} {NOUN} and a {ADJ} {NOUN} {VERB}",
 )
+# --per-template, the calibrated answer: test values are never train values
+_PER_TEMPLATE = {"train": (20, 30, 40), "test": (25, 35)}
 _TOPICS = ("a toy language pair", "a product-name transliteration", "a domain glossary", "a command language")
 N_TEST, N_VALID, MIN_RECORDS, MAX_RECORDS = 150, 40, 20, 5000
 MIN_GAP = 0.15  # reference minus baseline test accuracy
@@ -92,7 +94,7 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
     pick = random.Random(seed)
     topic = pick.choice(_TOPICS)
-    per_template = pick.choice((20, 25, 30))
+    per_template = pick.choice(c.answer_pool(_PER_TEMPLATE, split, FAMILY))
     bd = c.load_template_module(FAMILY, "build_dataset.py")
     tr = c.load_template_module(FAMILY, "train.py")
     ws = task_dir / "workspace"
@@ -142,11 +144,12 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
             "[--per-template N]\nscripts/train.py --data FILE: trains the model, prints valid accuracy.",
         },
     )
-    c.write_text(
-        task_dir / "hint.md",
+    c.write_hint(
+        task_dir, task_id,
         f"Run scripts/build_dataset.py with --expand-templates --per-template {per_template}: "
         "the literal pairs miss most lexicon words.\n",
     )
+    c.write_answer(task_dir, task_id, {"expand_templates": True, "per_template": per_template})
     c.write_task_meta(
         task_dir, task_id=task_id, split=split, domain=DOMAIN, family=FAMILY, seed=seed,
         max_steps=20, max_working_time=300,

@@ -22,7 +22,8 @@ PREFIX = "df"
 OUTPUT = "output/filtered.jsonl"
 
 _NAMES = ("corpus.jsonl", "reviews_noisy.jsonl", "web_labels.jsonl", "crowd_labels.jsonl", "tickets_labeled.jsonl")
-_THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
+# the calibrated --min-quality: test thresholds are never train thresholds
+_THRESHOLDS = {"train": (0.4, 0.5, 0.6), "test": (0.45, 0.55, 0.65)}
 N_CORPUS, N_VALID, N_TEST, MIN_RECORDS = 440, 100, 400, 100
 MIN_GAP = 0.04  # reference minus baseline test accuracy
 
@@ -64,7 +65,7 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
     pick = random.Random(seed)
     name = pick.choice(_NAMES)
-    threshold = pick.choice(_THRESHOLDS)
+    threshold = pick.choice(c.answer_pool(_THRESHOLDS, split, FAMILY))
     d = pick.choice((4, 5, 6))
     tr = c.load_template_module(FAMILY, "train.py")  # the trainer the evaluation uses
     for attempt in range(50):  # redraw (deterministically) until filtering clearly helps
@@ -117,10 +118,11 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
             "scripts/train.py --data FILE: trains the classifier, prints valid accuracy.",
         },
     )
-    c.write_text(
-        task_dir / "hint.md",
+    c.write_hint(
+        task_dir, task_id,
         f"Use scripts/filter.py with --min-quality {threshold}, then check it with scripts/train.py.\n",
     )
+    c.write_answer(task_dir, task_id, {"min_quality": threshold})
     c.write_task_meta(
         task_dir, task_id=task_id, split=split, domain=DOMAIN, family=FAMILY, seed=seed,
         max_steps=20, max_working_time=300,

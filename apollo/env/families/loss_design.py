@@ -23,7 +23,8 @@ DOMAIN = "loss_design"
 PREFIX = "ld"
 
 _NAMES = ("train.csv", "measurements.csv", "sensor_log.csv", "prices.csv", "readings.csv")
-_DELTAS = (0.5, 1.0, 1.5)
+# huber delta: the calibrated answer; test deltas are never train deltas (see _common.answer_pool)
+_DELTAS = {"train": (0.5, 1.0, 1.5), "test": (0.75, 1.25, 2.0)}
 _FRACS = (0.15, 0.2, 0.25)
 N_TRAIN, N_TEST = 300, 300
 MIN_GAP = 1.0  # baseline minus reference test RMSE
@@ -61,7 +62,7 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
     pick = random.Random(seed)
     name = pick.choice(_NAMES)
-    delta = pick.choice(_DELTAS)
+    delta = pick.choice(c.answer_pool(_DELTAS, split, FAMILY))
     frac = pick.choice(_FRACS)
     d = pick.choice((2, 3, 4))
     ws = task_dir / "workspace"
@@ -107,7 +108,8 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
             "writes output/model.json when done.",
         },
     )
-    c.write_text(task_dir / "hint.md", f'Set "loss" to "huber" and "delta" to {delta} in config.json.\n')
+    c.write_hint(task_dir, task_id, f'Set "loss" to "huber" and "delta" to {delta} in config.json.\n')
+    c.write_answer(task_dir, task_id, {"loss": "huber", "delta": delta})
     c.write_task_meta(
         task_dir, task_id=task_id, split=split, domain=DOMAIN, family=FAMILY, seed=seed,
         max_steps=25, max_working_time=300,

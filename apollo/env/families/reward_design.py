@@ -25,8 +25,9 @@ DOMAIN = "reward_design"
 PREFIX = "rd"
 
 _SETTINGS = ("a warehouse robot", "a delivery drone", "a maze-solving agent", "a cleaning robot")
-_STEPS = (-0.01, -0.02)
-_SHAPING = (0.1, 0.2, 0.3)
+# STEP_REWARD and SHAPING_WEIGHT, the calibrated answer: test values are never train values
+_STEPS = {"train": (-0.01, -0.02), "test": (-0.015, -0.025)}
+_SHAPING = {"train": (0.1, 0.3), "test": (0.2, 0.25)}
 MIN_GAP = 0.3  # reference minus baseline true return
 TRAINING_KEYS = ("episodes", "alpha", "gamma", "epsilon", "seed")
 _REWARD_CONST_LINES = ("GOAL_REWARD", "TRAP_REWARD", "STEP_REWARD", "SHAPING_WEIGHT")
@@ -74,7 +75,8 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     """Write one task instance into ``task_dir`` (deterministic in ``seed``)."""
     pick = random.Random(seed)
     setting = pick.choice(_SETTINGS)
-    step_r, shaping = pick.choice(_STEPS), pick.choice(_SHAPING)
+    step_r = pick.choice(c.answer_pool(_STEPS, split, FAMILY))
+    shaping = pick.choice(c.answer_pool(_SHAPING, split, FAMILY))
     ta = c.load_template_module(FAMILY, "train_agent.py")
     ev_mod = c.load_template_module(FAMILY, "evaluation.py")
     config = {"grid": "data/grid.json", "reward": "reward.py", "episodes": 80, "alpha": 0.5, "gamma": 0.95,
@@ -119,10 +121,11 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
             "writes output/policy.json when done.",
         },
     )
-    c.write_text(
-        task_dir / "hint.md",
+    c.write_hint(
+        task_dir, task_id,
         f"In reward.py set TRAP_REWARD = -1.0, STEP_REWARD = {step_r} and SHAPING_WEIGHT = {shaping}.\n",
     )
+    c.write_answer(task_dir, task_id, {"step_reward": step_r, "shaping_weight": shaping})
     c.write_task_meta(
         task_dir, task_id=task_id, split=split, domain=DOMAIN, family=FAMILY, seed=seed,
         max_steps=25, max_working_time=300,

@@ -21,6 +21,9 @@ FAMILY = "scaffold_construction"
 DOMAIN = "scaffold_construction"
 PREFIX = "sc"
 N_TEST = 120
+# max_retries, the calibrated answer: test values are never train values (routes follow from the
+# question kinds: which tool answers which kind is the skill the family teaches)
+_RETRIES = {"train": (2, 4), "test": (3, 5)}
 MIN_GAP = 0.4  # reference minus baseline accuracy
 
 # question type -> (tool, [(phrasing, routing keyword)])
@@ -72,7 +75,7 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
     purpose = pick.choice(_PURPOSES)
     kinds = sorted(pick.sample(sorted(_KINDS), pick.choice((4, 5))))
     phrasing = {k: pick.choice(_KINDS[k][1]) for k in kinds}
-    retries = pick.choice((2, 3, 4))
+    retries = pick.choice(c.answer_pool(_RETRIES, split, FAMILY))
     n_dev = pick.randint(36, 48)
     solver = c.load_template_module(FAMILY, "solver.py")
     runner = c.load_template_module(FAMILY, "run_scaffold.py")
@@ -121,7 +124,8 @@ def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:
         },
     )
     routes = ", ".join(f'"{kw}" -> {tool}' for kw, tool in reference_cfg["routes"].items())
-    c.write_text(task_dir / "hint.md", f"Route {routes}; set verify to true and max_retries to {retries}.\n")
+    c.write_hint(task_dir, task_id, f"Route {routes}; set verify to true and max_retries to {retries}.\n")
+    c.write_answer(task_dir, task_id, {"verify": True, "max_retries": retries})
     c.write_task_meta(
         task_dir, task_id=task_id, split=split, domain=DOMAIN, family=FAMILY, seed=seed,
         max_steps=20, max_working_time=300,

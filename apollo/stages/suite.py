@@ -1,0 +1,60 @@
+"""Suite stage: generate the mini InnovatorBench-format task suite → ``data/suite/``.
+
+The suite is a generated artifact, deterministic in ``params.yaml`` ``suite.seed``: every task
+family in :mod:`apollo.env.families` writes its instances (Apollo's 18 train tasks, InnovatorBench's
+20 test tasks) in InnovatorBench's layout. It is written beside ``data/suite`` and renamed into
+place, so a reader never sees half a suite. Every stage that reads tasks depends on ``data/suite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from apollo.config import Paths
+
+
+def suite_dir(paths: Paths) -> Path:
+    return paths.data / "suite"
+
+
+def write_suite(out: Path, seed: int) -> list[dict[str, Any]]:
+    """Generate the suite of ``seed`` into a temporary folder beside ``out``, then rename it into place."""
+    from apollo.env.generate import generate_suite
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp.chmod(0o755)
+    try:
+        generate_suite(tmp, seed=seed)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return json.loads((out / "suite.json").read_text(encoding="utf-8"))
+
+
+def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, Any]:
+    paths = paths or Paths.default()
+    p = params.get("suite") or {}
+    seed = int(p.get("seed", 0))
+    t0 = time.perf_counter()
+    manifest = write_suite(suite_dir(paths), seed)
+    splits = Counter(m["split"] for m in manifest)
+    metrics = {"suite.tasks": len(manifest), "suite.train": splits["train"], "suite.test": splits["test"],
+               "suite.seconds": time.perf_counter() - t0}
+    if tracker is not None:
+        tracker.log_metrics(metrics)
+    return metrics

@@ -1,0 +1,113 @@
+"""Guidance lift during rollouts (issue 12, "the effect"): the same train tasks and seeds rolled out
+with and without the simulated annotator, paired, so the annotator's choice of failing trajectories
+cannot bias the comparison. Prints per seed the mean final score of both arms, the paired
+difference with a 95% t-interval over (task, sample) pairs, and the fraction of guided trajectories.
+
+    .venv/bin/python benchmarks/guidance_lift.py --seeds 0 1 2 [--samples 2] [--workers 4] [--model data/models/base]
+
+Uses params.yaml's ``rollout`` section (engine, temperature, annotator timing) and the suite in
+``data/suite`` (or ``$APOLLO_SUITE_ROOT``; generated into a temporary folder if missing).
+Not part of ``make bench`` (it takes minutes). Note: HF sampling seeds race across worker threads
+until each engine call gets its own generator (issue 12.3), which adds noise, not bias, to the pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def t95(n: int) -> float:
+    """Two-sided 95% Student t quantile for n samples (n-1 degrees of freedom)."""
+    if n < 2:
+        return float("nan")
+    return _T975[n - 2] if n - 1 <= len(_T975) else 1.96 + 2.4 / (n - 1)  # close to t for df > 30
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--samples", type=int, default=None, help="samples per task (default: rollout.samples_per_task)")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--model", default="data/models/base")
+    ap.add_argument("--out", default=None, help="write the per-pair results as JSON here")
+    args = ap.parse_args()
+
+    from apollo.config import load_params
+    from apollo.env.tasks import default_suite_root
+    from apollo.guidance.annotator import AnnotatorConfig
+    from apollo.guidance.runtime import guidance_session, settings_from
+    from apollo.stages.common import agent_config, episode, plan_jobs, run_jobs
+    from apollo.stages.rollout import engine_for
+
+    params = load_params()
+    p = params["rollout"]
+    if args.samples is not None:
+        p["samples_per_task"] = args.samples
+    if not default_suite_root().is_dir():
+        from apollo.env.generate import generate_suite
+
+        root = Path(tempfile.mkdtemp(prefix="apollo-suite-"))
+        generate_suite(root, seed=int((params.get("suite") or {}).get("seed", 0)))
+        os.environ["APOLLO_SUITE_ROOT"] = str(root)
+    from apollo.env.tasks import load_task
+
+    engine = engine_for(params, args.model, section_name="rollout")
+    cfg = agent_config(p)
+    a = p.get("annotator", {}) or {}
+    acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
+                           max_per_trajectory=int(a.get("max_per_trajectory", 3)))
+    pairs, t0 = [], time.perf_counter()
+    for seed in args.seeds:
+        jobs = plan_jobs({**params, "seed": seed}, "rollout", "train")
+        arms = {}
+        with tempfile.TemporaryDirectory(prefix="apollo-lift-") as wd:
+            for arm in ("unguided", "guided"):
+                if arm == "guided":
+                    with guidance_session(settings_from({"guidance": {"mode": "store"}}),
+                                          Path(wd) / "guidance.sqlite", acfg) as channel:
+                        trajs = run_jobs(jobs, lambda j: episode(load_task(j.task_id), engine, j, cfg, guidance=channel),
+                                         args.workers, f"seed {seed} guided")
+                else:
+                    trajs = run_jobs(jobs, lambda j: episode(load_task(j.task_id), engine, j, cfg),
+                                     args.workers, f"seed {seed} unguided")
+                arms[arm] = {(t.task_id, t.seed): t for t in trajs}
+        rows = []
+        for key, u in arms["unguided"].items():
+            g = arms["guided"][key]
+            rows.append({"seed": seed, "task_id": key[0], "rollout_seed": key[1], "unguided": u.final_score or 0.0,
+                         "guided": g.final_score or 0.0, "guided_msgs": sum(len(s.guidance) for s in g.steps)})
+        d = [r["guided"] - r["unguided"] for r in rows]
+        m, sd = statistics.mean(d), statistics.stdev(d) if len(d) > 1 else float("nan")
+        half = t95(len(d)) * sd / math.sqrt(len(d))
+        print(f"seed {seed}: n={len(d)} unguided {statistics.mean(r['unguided'] for r in rows):.2f} "
+              f"guided {statistics.mean(r['guided'] for r in rows):.2f} lift {m:+.2f} "
+              f"[{m - half:+.2f}, {m + half:+.2f}] guided trajectories "
+              f"{sum(r['guided_msgs'] > 0 for r in rows) / len(rows):.0%}", flush=True)
+        pairs += rows
+    d = [r["guided"] - r["unguided"] for r in pairs]
+    m, sd = statistics.mean(d), statistics.stdev(d)
+    half = t95(len(d)) * sd / math.sqrt(len(d))
+    print(f"all seeds {args.seeds}: n={len(d)} lift {m:+.2f} [{m - half:+.2f}, {m + half:+.2f}] "
+          f"(95% t-interval over pairs), guided trajectories {sum(r['guided_msgs'] > 0 for r in pairs) / len(pairs):.0%}, "
+          f"{time.perf_counter() - t0:.0f}s")
+    if args.out:
+        Path(args.out).write_text(json.dumps(pairs, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
