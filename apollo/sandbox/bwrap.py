@@ -18,7 +18,9 @@ What a command inside sees and may do (the argv is :meth:`BwrapSandbox.argv`):
 * **network**: a new network namespace with only loopback (``sandbox.network: host`` shares the
   host's instead);
 * **limits** (set by the supervisor, inherited by every command): CPU seconds and address space
-  per process, process count per sandbox (its own user namespace), file size, no core dumps;
+  per process, process count (its own user namespace; ignored by the kernel when the worker is
+  root), file size, no core dumps; plus, where cgroups are writable, a cgroup per sandbox with
+  ``pids.max`` and a memory limit for the whole sandbox (:mod:`apollo.sandbox.cgroup`);
 * **environment**: :meth:`SandboxConfig.command_env` only (``--clearenv``).
 """
 
@@ -30,9 +32,11 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from apollo.sandbox.base import SandboxConfig, SandboxError, python_paths
+from apollo.sandbox.cgroup import CgroupLimits
 from apollo.sandbox.remote import INNER_LOG_DIR, SupervisedSandbox, supervisor_source
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -67,6 +71,20 @@ class BwrapSandbox(SupervisedSandbox):
         venv, venv_real, base = python_paths()
         self.python = str(venv / "bin" / "python") if (venv / "bin" / "python").exists() else sys.executable
         self._venv, self._venv_real, self._base = venv, venv_real, base
+        self.cgroup = CgroupLimits(f"apollo-sbx-{uuid.uuid4().hex[:12]}", config.max_processes,
+                                   config.memory_mb << 20)
+
+    def start(self) -> None:
+        if not self.cgroup.dirs:
+            self.cgroup.create()
+        super().start()
+
+    def preexec(self) -> None:
+        self.cgroup.join()
+
+    def _after_terminate(self) -> None:
+        if self._closed:
+            self.cgroup.remove()
 
     def command_path(self) -> list[str]:
         return [str(self._venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]

@@ -86,6 +86,9 @@ class SupervisedSandbox(Sandbox):
     def launch_env(self) -> dict[str, str]:
         return {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
+    def preexec(self) -> None:
+        """Runs in the launcher's child before exec (e.g. join the sandbox's cgroups)."""
+
     def start_error(self, stderr: str) -> str:
         return f"{self.name} sandbox did not start: {stderr.strip()[-800:] or 'no error output'}"
 
@@ -99,6 +102,7 @@ class SupervisedSandbox(Sandbox):
                 self._proc = subprocess.Popen(
                     self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                     env=self.launch_env(), bufsize=1, close_fds=True, start_new_session=True,
+                    preexec_fn=self.preexec,
                 )
             except FileNotFoundError as e:
                 raise SandboxError(f"{self.name} sandbox: {e.filename} not found; install it "
