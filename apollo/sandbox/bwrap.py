@@ -128,7 +128,7 @@ class BwrapSandbox(SupervisedSandbox):
         a += ["--bind", ws, ws, "--chdir", ws, "--clearenv"]
         for k, v in cfg.command_env(ws, self.command_path()).items():
             a += ["--setenv", k, v]
-        a += ["--", self.python, "-I", "-B", "-c", supervisor_source(), ws, INNER_LOG_DIR, json.dumps(cfg.limits())]
+        a += ["--", self.python, "-I", "-S", "-B", "-c", supervisor_source(), ws, INNER_LOG_DIR, json.dumps(cfg.limits())]
         return a
 
     def start_error(self, stderr: str) -> str:

@@ -61,17 +61,13 @@ class LocalSandbox(Sandbox):
         self.env = self.config.command_env(
             str(self.workspace), [str(self._bin), str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
 
-    def _preexec(self) -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self._limits["max_file_bytes"],) * 2)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
     def spawn(self, command: str, log_name: str) -> LocalProcess:
+        # the file-size limit through the shell (a preexec_fn would force a slow fork of the worker)
+        script = f"ulimit -f {self._limits['max_file_bytes'] // 1024} 2>/dev/null\n{command}"
         with open(self.log_dir / log_name, "wb") as fh:
             proc = subprocess.Popen(
-                [_SHELL, "-c", command], cwd=str(self.workspace), env=self.env, stdin=subprocess.DEVNULL,
-                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=self._preexec,
+                [_SHELL, "-c", script], cwd=str(self.workspace), env=self.env, stdin=subprocess.DEVNULL,
+                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
             )
         p = LocalProcess(proc)
         self._procs.append(p)
