@@ -212,6 +212,15 @@ def test_nothing_survives_the_episode(task, tmp_path: Path) -> None:
 def test_network_is_loopback_only(ws: Workspace) -> None:
     out = _run(ws, "python -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\" 2>&1 | tail -1")
     assert "Network is unreachable" in out
+    import socket
+
+    with socket.socket() as host_srv:  # a host service on loopback (e.g. the guidance service) is out of reach
+        host_srv.bind(("127.0.0.1", 0))
+        host_srv.listen()
+        port = host_srv.getsockname()[1]
+        out = _run(ws, f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\" "
+                       "2>&1 | tail -1", 9)
+    assert "ConnectionRefusedError" in out
     _run(ws, "python -m http.server 8765 --bind 127.0.0.1", 1, session_id="srv", wait_for_completion=False)
     out = ""
     for i in range(40):  # a task's local server is reachable from another session

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from apollo.env.innovatorbench import evaluation_command
 from apollo.env.tasks import TaskSpec
 from apollo.sandbox import copy_out
 
@@ -87,8 +88,6 @@ def parse_eval_output(stdout: str, stderr: str, mark: str) -> tuple[list[dict[st
 def _command(task: TaskSpec, snapshot: Path) -> tuple[list[str], str, dict[str, str], str] | str:
     """(argv, cwd, extra env, result mark) of the evaluation process, or why there is none."""
     if task.eval_protocol == "innovatorbench":
-        from apollo.env.innovatorbench import evaluation_command
-
         return evaluation_command(task, snapshot)
     if task.eval_protocol != "mini":
         return f"task {task.task_id}: unknown evaluation protocol {task.eval_protocol!r}"

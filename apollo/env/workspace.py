@@ -140,7 +140,7 @@ class Workspace:
             Path(root).mkdir(parents=True, exist_ok=True)
         self._base = Path(tempfile.mkdtemp(prefix=f"apollo-{task.task_id}-", dir=root)).resolve()
         self.path: Path = self._base / "workspace"
-        shutil.copytree(task.workspace_template, self.path, symlinks=True)
+        shutil.copytree(task.workspace_template, self.path)
         (self.path / "output").mkdir(exist_ok=True)
         self.sandbox = make_sandbox(sandbox, self.path, self._base / "sandbox")
         self._logs = self.sandbox.log_dir
