@@ -16,7 +16,6 @@ from apollo.agent.prompt import (
     guidance_message,
     initial_messages,
     neutralize,
-    step_messages,
     window_conversation,
 )
 from apollo.env import Workspace, load_task

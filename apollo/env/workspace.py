@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apollo.env.grading import EvaluationError, evaluate_workspace, parse_eval_output
+from apollo.env.grading import EvaluationError, evaluate_workspace
 from apollo.env.tasks import TaskSpec
 from apollo.env.tools import TOOL_SPECS, ArgumentError, check_command, check_path, coerce_arguments
 from apollo.sandbox import FileOpError, Process, Sandbox, SandboxConfig, SandboxError, make_sandbox
 from apollo.schema import EvalRecord, Observation
 
-__all__ = ["EvaluationError", "ToolResult", "Workspace", "evaluate_workspace", "parse_eval_output"]
+__all__ = ["EvaluationError", "ToolResult", "Workspace", "evaluate_workspace"]
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import subprocess
 import threading
 from abc import abstractmethod
@@ -22,7 +21,6 @@ from apollo.sandbox import fileops, supervisor
 from apollo.sandbox.base import Process, Sandbox, SandboxConfig, SandboxError
 from apollo.sandbox.fileops import FileOpError
 
-log = logging.getLogger(__name__)
 
 INNER_LOG_DIR = "/run/apollo/logs"
 REQUEST_TIMEOUT_S = 60.0
