@@ -11,7 +11,7 @@ export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run test ui repro clean-data bench serve chromium
+.PHONY: install run test ui repro clean-data bench serve chromium bubblewrap
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -27,23 +27,27 @@ $(STAMP): pyproject.toml requirements/cpu-lock.txt
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline
 
 # headless browser for the annotator-UI tests: Debian's chromium (never a downloaded browser)
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
 
-test: $(STAMP) chromium
+# the rollout sandbox (apollo/sandbox, sandbox.backend: bwrap): Debian's bubblewrap
+bubblewrap:
+	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
+
+test: $(STAMP) chromium bubblewrap
 	$(PY) -m pytest -q --timeout=900
 
 serve: $(STAMP)
 	$(PY) -m apollo serve
 
-repro: $(STAMP)
+repro: $(STAMP) bubblewrap
 	dvc repro
 
-bench: $(STAMP)
+bench: $(STAMP) bubblewrap
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 ui: $(STAMP)

@@ -32,6 +32,13 @@ def load_params(path: str | Path | None = None) -> dict[str, Any]:
         raise ParamsError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(params, dict):
         raise ParamsError(f"{path}: the top level must be a mapping")
+    if "sandbox" in params:  # every episode of this process (and its workers) uses these settings
+        from apollo.sandbox import configure
+
+        try:
+            configure(params["sandbox"])
+        except (TypeError, ValueError) as e:
+            raise ParamsError(f"{path}: {e}") from e
     return params
 
 

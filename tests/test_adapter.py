@@ -172,3 +172,66 @@ def test_selected_tasks_and_overrides(checkout: Path) -> None:
     assert [s.task_id for s in specs] == ["ib-task_1", "ib-task_2"]
     assert specs[0].extra["eval_env"] == {"OPENAI_API_KEY": "k"}
     assert json.dumps(specs[0].extra["computer_pool"])  # plain data
+
+
+def _one_task_checkout(tmp_path: Path, evaluation: str, **yaml_extra) -> Path:
+    root = tmp_path / "ib1"
+    (root / "research_gym" / "configs" / "tasks").mkdir(parents=True)
+    (root / "research_gym" / "configs" / "tasks" / "task_9.yaml").write_text(yaml.safe_dump(
+        _task_yaml("task_9", workspace_dataset_path=str(tmp_path / "ds9"), domain="loss_design", **yaml_extra)))
+    gym = tmp_path / "ds9" / "gym" / "task_9"
+    (gym / "task").mkdir(parents=True)
+    (gym / "task" / "task_description.md").write_text("# Task 9\n")
+    (gym / "output").mkdir()
+    (gym / "notes.txt").write_text("not an output")
+    ev = root / "evaluations" / "task_9" / "task"
+    ev.mkdir(parents=True)
+    (root / "evaluations" / "__init__.py").write_text("")
+    (ev / "config.py").write_text("from dataclasses import dataclass\n\n@dataclass\nclass TaskConfig:\n"
+                                  "    eval_workspace: str\n    workspace: str\n")
+    (ev / "evaluation.py").write_text(evaluation)
+    return root
+
+
+def test_eval_time_limit_comes_from_the_task_config(tmp_path: Path) -> None:
+    slow = ("import time\nclass TaskBenchmark:\n    def __init__(self, c): pass\n"
+            "    def validate(self):\n        time.sleep(3)\n        return [{'score': 50.0}]\n")
+    (spec,) = load_innovatorbench(_one_task_checkout(tmp_path, slow, max_eval_time=1))
+    assert spec.extra["max_eval_time"] == 1.0
+    with Workspace(spec, tmp_path / "runs") as w:
+        score, _, message = evaluate_workspace(spec, w.path, timeout_s=60)  # the task's limit wins
+        assert score == 0.0 and "timed out after 1 s" in message
+    cfg = tmp_path / "task_3.yaml"
+    cfg.write_text(yaml.safe_dump({"task_name": "task_3"}))
+    assert read_task_config(cfg)["max_eval_time"] == 5000.0  # what every shipped yaml says
+    cfg.write_text(yaml.safe_dump({"task_name": "task_3", "max_eval_time": "soon"}))
+    with pytest.raises(ValueError, match="task_3.yaml: max_eval_time"):
+        read_task_config(cfg)
+
+
+def test_result_without_score_is_an_error_naming_task_and_result(tmp_path: Path) -> None:
+    from apollo.env.grading import EvaluationError
+
+    bad = ("class TaskBenchmark:\n    def __init__(self, c): pass\n"
+           "    def validate(self):\n        return [{'score': 10.0}, {'accuracy': 0.9, 'note': 'forgot the score'}]\n")
+    (spec,) = load_innovatorbench(_one_task_checkout(tmp_path, bad))
+    with Workspace(spec, tmp_path / "runs") as w:
+        with pytest.raises(EvaluationError, match=r"task task_9: evaluation result 1 has no 'score' key: .*forgot the score"):
+            evaluate_workspace(spec, w.path)
+        with pytest.raises(EvaluationError, match="task_9"):
+            w.call("eval", {}, 0)  # not swallowed into an agent observation
+
+
+def test_grading_sees_only_declared_outputs(tmp_path: Path) -> None:
+    peek = ("import os\nclass TaskBenchmark:\n    def __init__(self, c): self.c = c\n"
+            "    def validate(self):\n        w = self.c.workspace\n"
+            "        return [{'score': 10.0 * len(os.listdir(os.path.join(w, 'output'))),\n"
+            "                 'notes': os.path.exists(os.path.join(w, 'notes.txt')), 'live': w}]\n")
+    (spec,) = load_innovatorbench(_one_task_checkout(tmp_path, peek, outputs=["output"]))
+    assert spec.extra["outputs"] == ["output"]
+    with Workspace(spec, tmp_path / "runs") as w:
+        (w.path / "output" / "a.json").write_text("{}")
+        score, metrics, _ = evaluate_workspace(spec, w.path)
+        assert score == 10.0 and metrics["notes"] is False and metrics["live"] != str(w.path)
+    with pytest.raises(ValueError, match="outputs must stay inside the workspace"):
+        load_innovatorbench(_one_task_checkout(tmp_path / "x", peek, outputs=["../etc"]))

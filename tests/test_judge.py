@@ -221,7 +221,9 @@ def test_prompts_cover_every_category_and_show_guidance():
     assert set(CATEGORY_PROMPTS) == set(CATEGORIES)
     msgs = build_messages(guided_traj(), 3, "violate_instruction", JudgeConfig())
     user = msgs[-1]["content"]
-    assert "<real_user>Do not change scripts/train.py" in user and "Action under review: step 3" in user
+    guidance = user.split("## Human guidance delivered so far\n", 1)[1].split("\n\n", 1)[0]
+    assert guidance.startswith('- before step') and '"Do not change scripts/train.py' in guidance
+    assert "<real_user>" not in user and "Action under review: step 3" in user
     assert '"category": "violate_instruction"' in user and msgs[0]["role"] == "system"
 
 

@@ -3,8 +3,10 @@
 ``load_innovatorbench(checkout, domains=...)`` reads ``research_gym/configs/tasks/task_<i>.yaml``
 and returns one :class:`~apollo.env.tasks.TaskSpec` per task; ``evaluate_workspace(task, path)``
 (:mod:`apollo.env.workspace`) then scores a workspace through the task's own
-``TaskBenchmark(TaskConfig(eval_workspace=…, workspace=…)).validate()``, exactly as ResearchGym's
-``EvalActionHandler`` does.
+``TaskBenchmark(TaskConfig(eval_workspace=…, workspace=…)).validate()``, as ResearchGym's
+``EvalActionHandler`` does — on a snapshot of the declared outputs, outside the sandbox
+(:mod:`apollo.env.grading`), within the yaml's ``max_eval_time``; a result without ``score`` is an
+error naming the task and the result.
 
 Layout (read from the public repository; nothing is downloaded here, the user supplies both the
 checkout and the dataset from huggingface.co/datasets/GAIR/InnovatorBench):
@@ -13,7 +15,9 @@ checkout and the dataset from huggingface.co/datasets/GAIR/InnovatorBench):
   (seconds), ``max_steps``, ``max_eval_num`` (absent in the shipped files; ResearchGym's default
   is 3), ``computer_pool`` (list of ``{computer_ip, computer_port, computer_type: gpu |
   localhost_cpu | cpu, available}``), ``workspace`` (``/workspace``), ``workspace_dataset_path``
-  and ``eval_workspace`` (``./evaluations``, relative to the checkout).
+  and ``eval_workspace`` (``./evaluations``, relative to the checkout), ``max_eval_time`` (seconds
+  the evaluation may take: 5000 in every shipped file) and, our extension, ``outputs`` (the
+  workspace paths the evaluation reads; without it the whole workspace is snapshotted for grading).
 * ``<workspace_dataset_path>/gym/<task_name>/task/`` (``task_description.md``, ``scripts/``,
   ``repositories/``) and ``.../data/`` (``datasets/``, ``checkpoints/``, ``outputs/``):
   ResearchGym copies them to ``/workspace/task`` and ``/workspace/data``. So the workspace
@@ -53,7 +57,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,10 +65,10 @@ from typing import Any
 import yaml
 
 from apollo.env.tasks import DOMAINS, SPLITS, TaskSpec
-from apollo.env.workspace import parse_eval_output
 
 CONFIG_DIR = Path("research_gym") / "configs" / "tasks"
 DEFAULT_MAX_EVAL_NUM = 3  # ResearchGym's load_task_config_from_yaml default
+DEFAULT_MAX_EVAL_TIME = 5000.0  # seconds; the value of every shipped task_<i>.yaml
 _TASK_FILE = re.compile(r"^task_(\d+)\.ya?ml$")
 _MARK = "@@APOLLO_IB_EVAL_RESULT@@"
 
@@ -114,6 +117,8 @@ def read_task_config(path: Path | str) -> dict[str, Any]:
         "max_working_time": float(data.get("max_working_time", 0) or 0),
         "max_steps": int(data.get("max_steps", 0) or 0),
         "max_eval_num": int(data.get("max_eval_num", DEFAULT_MAX_EVAL_NUM) or DEFAULT_MAX_EVAL_NUM),
+        "max_eval_time": _positive(data.get("max_eval_time", DEFAULT_MAX_EVAL_TIME), "max_eval_time", path),
+        "outputs": _outputs(data.get("outputs"), path),
         "computer_pool": pool,
         "workspace": str(data.get("workspace", "/workspace")),
         "workspace_dataset_path": data.get("workspace_dataset_path"),
@@ -121,6 +126,27 @@ def read_task_config(path: Path | str) -> dict[str, Any]:
         "domain": data.get("domain"),
         "split": data.get("split"),
     }
+
+
+def _positive(value: Any, key: str, path: Path) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}: {key} must be a number of seconds, got {value!r}") from None
+    if not v > 0:
+        raise ValueError(f"{path}: {key} must be > 0, got {value!r}")
+    return v
+
+
+def _outputs(value: Any, path: Path) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"{path}: outputs must be a list of workspace-relative paths, got {value!r}")
+    bad = [v for v in value if v.startswith("/") or ".." in Path(v).parts]
+    if bad:
+        raise ValueError(f"{path}: outputs must stay inside the workspace, got {bad}")
+    return list(value)
 
 
 def _resolve(value: Any, base: Path, what: str, path: Path) -> Path:
@@ -182,8 +208,10 @@ def load_innovatorbench(
             "source": "innovatorbench", "config": str(path), "task_name": name,
             "computer_pool": cfg["computer_pool"], "computer_types": types, "needs_gpu": "gpu" in types,
             "conda_env": CONDA_ENVS.get(name), "container_workspace": cfg["workspace"],
-            "eval_cwd": str(checkout),
+            "eval_cwd": str(checkout), "max_eval_time": cfg["max_eval_time"],
         }
+        if cfg["outputs"]:
+            extra["outputs"] = cfg["outputs"]
         if eval_python:
             extra["eval_python"] = str(eval_python)
         if eval_env:
@@ -200,34 +228,23 @@ def load_innovatorbench(
     return specs
 
 
-def run_evaluation(task: TaskSpec, workspace_path: Path, timeout_s: float) -> tuple[list[dict[str, Any]] | None, str]:
-    """Run the task's own ``TaskBenchmark`` in a subprocess; ``(results, error message)``.
+def evaluation_command(task: TaskSpec, workspace_path: Path) -> tuple[list[str], str, dict[str, str], str] | str:
+    """How :mod:`apollo.env.grading` runs the task's own ``TaskBenchmark``: ``(argv, cwd, extra
+    env, result mark)``, or why it cannot.
 
-    Used by :func:`apollo.env.workspace.evaluate_workspace` for ``eval_protocol ==
-    "innovatorbench"``: the evaluation package is imported from the folder holding
-    ``eval_root`` (the checkout), with ``TaskConfig(eval_workspace=eval_root, workspace=path)``.
+    The evaluation package is imported from the folder holding ``eval_root`` (the checkout), with
+    ``TaskConfig(eval_workspace=eval_root, workspace=workspace_path)``; ``eval_python`` /
+    ``eval_env`` (``load_innovatorbench``) pick the interpreter and add keys.
     """
-    from apollo.env.workspace import minimal_env
-
     eval_root = Path(task.eval_root or task.task_dir / "evaluations").resolve()
     name = task.eval_name or task.task_id
     if not (eval_root / name / "task" / "evaluation.py").is_file():
-        return None, f"task {task.task_id} has no evaluation at {eval_root / name / 'task'}"
-    env = minimal_env(Path(workspace_path))
-    env.update({str(k): str(v) for k, v in dict(task.extra.get("eval_env") or {}).items()})
+        return f"task {task.task_id} has no evaluation at {eval_root / name / 'task'}"
+    env = {str(k): str(v) for k, v in dict(task.extra.get("eval_env") or {}).items()}
     python = str(task.extra.get("eval_python") or sys.executable)
     cwd = str(task.extra.get("eval_cwd") or eval_root.parent)
-    try:
-        proc = subprocess.run(
-            [python, "-B", "-c", _RUNNER, str(eval_root.parent), str(eval_root), name,
-             str(Path(workspace_path).resolve())],
-            cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"evaluation timed out after {timeout_s:.0f} s"
-    except OSError as e:
-        return None, f"evaluation could not start: {e}"
-    return parse_eval_output(proc.stdout, proc.stderr, _MARK)
+    argv = [python, "-B", "-c", _RUNNER, str(eval_root.parent), str(eval_root), name, str(Path(workspace_path).resolve())]
+    return argv, cwd, env, _MARK
 
 
 def export_task(task: TaskSpec, dataset: Path | str, evaluations: Path | str, name: str) -> None:

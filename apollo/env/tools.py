@@ -2,9 +2,11 @@
 
 :data:`TOOL_SPECS` lists each tool's parameters (name → (type, default or :data:`REQUIRED`)) and a
 one-line description; :func:`tool_schemas` renders them as OpenAI/Hermes function schemas for
-prompts. :func:`check_command` and :func:`resolve_path` implement the sandbox policy: no
+prompts. :func:`check_command` and :func:`check_path` are ResearchGym's polite refusals: no
 ``kill``/``pkill``/``killall``/``sudo``, no path leaving the workspace (``..``, absolute paths
-outside it, symlinks pointing out). This is a policy guard for agents, not a security boundary.
+outside it). They are easy to get around (``os.kill``, quoting, ``${x}``, ``printf … | sh``,
+scripts, symlinks) and are *not* the boundary: every command and file tool runs inside the
+episode's sandbox (:mod:`apollo.sandbox`), which is.
 """
 
 from __future__ import annotations
@@ -195,18 +197,13 @@ def _is_command_word(command: str, word: str) -> bool:
     return bool(re.search(r"(\$\(|`)\s*" + re.escape(word) + r"\b", command))
 
 
-def resolve_path(path: str, workspace: Path) -> Path:
-    """Resolve an agent-given path inside ``workspace`` (symlinks followed); raises ``PermissionError``."""
+def check_path(path: str, workspace: Path) -> None:
+    """The polite refusal for a file tool's path, lexically (symlinks are resolved in the sandbox)."""
     if not isinstance(path, str) or not path.strip():
         raise ArgumentError("path must be a non-empty string")
-    ws = workspace.resolve()
     p = Path(path.strip())
-    if p.is_absolute():
-        if not _in_workspace(Path(os.path.normpath(p)), ws):
+    full = Path(os.path.normpath(p if p.is_absolute() else Path(workspace) / p))
+    if not _in_workspace(full, Path(workspace)):
+        if p.is_absolute():
             raise PermissionError(f"absolute path {path} is outside the workspace; use a relative path")
-    else:
-        p = ws / p
-    real = Path(os.path.realpath(p))
-    if not _in_workspace(real, ws):
         raise PermissionError(f"path {path} leaves the workspace")
-    return real

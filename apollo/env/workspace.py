@@ -1,21 +1,20 @@
-"""The agent's sandboxed workspace and the ResearchGym-style tools that act on it.
+"""The agent's workspace and the ResearchGym-style tools that act on it, through a per-episode sandbox.
 
-``Workspace(task)`` copies the task's ``workspace/`` into a fresh temporary folder; ``ws.call(tool,
-arguments, step)`` runs one tool and returns a :class:`ToolResult` (never raises for bad tools or
-arguments). Commands run through ``bash -c`` in their own process group with a minimal environment
-(no host secrets), output goes to per-command log files outside the workspace, and every command
-is killed after ``command_timeout_s``. Evaluation runs the task's hidden ``evaluation.py`` in a
-subprocess (see :func:`evaluate_workspace`).
+``Workspace(task)`` copies the task's ``workspace/`` into a fresh temporary folder and starts a
+:class:`~apollo.sandbox.Sandbox` on it (``params.yaml: sandbox.backend``: ``bwrap`` by default —
+see :mod:`apollo.sandbox`); ``ws.call(tool, arguments, step)`` runs one tool and returns a
+:class:`ToolResult` (never raises for bad tools or arguments). Every command (foreground or a
+background session) and every file tool runs inside the sandbox; command output goes to
+per-command log files outside the workspace; every command is killed after
+``command_timeout_s``; ``close()`` ends the sandbox and with it every process of the episode. The
+``kill``/``rm``/path rules of :func:`~apollo.env.tools.check_command` stay as ResearchGym's polite
+refusals; the boundary is the sandbox. ``eval`` grades outside the sandbox
+(:mod:`apollo.env.grading`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,26 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apollo.env.grading import EvaluationError, evaluate_workspace
 from apollo.env.tasks import TaskSpec
-from apollo.env.tools import HINT_OFF, TOOL_SPECS, ArgumentError, check_command, coerce_arguments, resolve_path
+from apollo.env.tools import HINT_OFF, TOOL_SPECS, ArgumentError, check_command, check_path, coerce_arguments
+from apollo.sandbox import FileOpError, Process, Sandbox, SandboxConfig, SandboxError, make_sandbox
 from apollo.schema import EvalRecord, Observation
 
-_SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
-_EVAL_MARK = "@@APOLLO_EVAL_RESULT@@"
-_MAX_FILE_KB = 200_000  # no file (log included) written by a command may exceed ~200 MB
-_EVAL_RUNNER = f"""
-import importlib.util, json, sys
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-eval_dir, workspace = sys.argv[1], sys.argv[2]
-cfg = load("task_eval_config", eval_dir + "/task/config.py")
-ev = load("task_evaluation", eval_dir + "/task/evaluation.py")
-results = ev.TaskBenchmark(cfg.TaskConfig(eval_workspace=eval_dir, workspace=workspace)).validate()
-print("{_EVAL_MARK}" + json.dumps(results, default=str))
-"""
+__all__ = ["EvaluationError", "ToolResult", "Workspace", "evaluate_workspace"]
 
 
 @dataclass
@@ -65,123 +51,37 @@ def _truncate(text: str, limit: int) -> tuple[str, bool]:
     return f"{text[:head]}\n...[{len(text) - limit} characters truncated]...\n{text[-tail:]}", True
 
 
-def minimal_env(home: Path, bin_dir: Path | None = None) -> dict[str, str]:
-    """Environment for agent commands: no host variables beyond PATH, HOME and LANG."""
-    path = [str(bin_dir)] if bin_dir else []
-    path += [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-    return {
-        "PATH": os.pathsep.join(dict.fromkeys(path)),
-        "HOME": str(home),
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
-# --- evaluation -----------------------------------------------------------------------------------
-
-
-def _run_evaluation(task: TaskSpec, workspace_path: Path, timeout_s: float) -> tuple[list[dict[str, Any]] | None, str]:
-    """Run the hidden evaluation in a subprocess; (results, error message)."""
-    if task.eval_protocol == "innovatorbench":
-        from apollo.env.innovatorbench import run_evaluation
-
-        return run_evaluation(task, Path(workspace_path), timeout_s)
-    if task.eval_protocol != "mini":
-        return None, f"task {task.task_id}: unknown evaluation protocol {task.eval_protocol!r}"
-    eval_dir = task.eval_dir.resolve()
-    if not (eval_dir / "task" / "evaluation.py").is_file():
-        return None, f"task {task.task_id} has no evaluation"
-    env = minimal_env(Path(workspace_path))
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-B", "-c", _EVAL_RUNNER, str(eval_dir), str(Path(workspace_path).resolve())],
-            cwd=str(eval_dir), env=env, capture_output=True, text=True, timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"evaluation timed out after {timeout_s:.0f} s"
-    return parse_eval_output(proc.stdout, proc.stderr, _EVAL_MARK)
-
-
-def parse_eval_output(stdout: str, stderr: str, mark: str) -> tuple[list[dict[str, Any]] | None, str]:
-    """The result list an evaluation subprocess printed after ``mark``, or None and why not."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(mark):
-            try:
-                results = json.loads(line[len(mark):])
-            except json.JSONDecodeError:
-                break
-            if isinstance(results, list) and all(isinstance(r, dict) for r in results):
-                return results, ""
-            break
-    err = (stderr.strip().splitlines() or ["no result"])[-1]
-    return None, f"evaluation failed: {err[:300]}"
-
-
-def _score(results: list[dict[str, Any]]) -> float:
-    total = 0.0
-    for r in results:
-        try:
-            s = float(r.get("score", 0.0))
-        except (TypeError, ValueError):
-            s = 0.0
-        if s == s:  # not NaN
-            total += s
-    return min(100.0, max(0.0, total))
-
-
-def _metrics(results: list[dict[str, Any]]) -> dict[str, Any]:
-    if len(results) == 1:
-        return {k: v for k, v in results[0].items() if k != "message"}
-    return {f"{i}.{k}": v for i, r in enumerate(results) for k, v in r.items() if k != "message"}
-
-
-def evaluate_workspace(
-    task: TaskSpec, workspace_path: Path | str, timeout_s: float = 60.0
-) -> tuple[float, dict[str, Any], str]:
-    """Score a workspace with the task's hidden evaluation: ``(score 0-100, metrics, message)``.
-
-    A broken or slow evaluation yields score 0 and a message (it runs in a subprocess).
-    """
-    results, err = _run_evaluation(task, Path(workspace_path), timeout_s)
-    if results is None:
-        return 0.0, {}, err
-    message = "; ".join(str(r.get("message", "")) for r in results if r.get("message"))
-    return round(_score(results), 4), _metrics(results), message
-
-
 # --- sessions -------------------------------------------------------------------------------------
 
 
 @dataclass
 class _Command:
     command: str
-    proc: subprocess.Popen[bytes]
+    proc: Process
     log: Path
     started: float
     timer: threading.Timer | None = None  # kills the command at the lifetime limit
     timed_out: bool = False
+    note: str = ""  # e.g. the sandbox had to be restarted before this command
 
     @property
     def running(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc.running
 
     def output(self, limit: int = 100_000) -> str:
         """The command's output so far; for a huge log only its head and tail are read."""
+        prefix = self.note + "\n" if self.note else ""
         try:
             size = self.log.stat().st_size
             with open(self.log, "rb") as fh:
                 if size <= limit:
-                    return fh.read().decode("utf-8", errors="replace")
+                    return prefix + fh.read().decode("utf-8", errors="replace")
                 head = fh.read(limit // 3).decode("utf-8", errors="replace")
                 fh.seek(size - (limit - limit // 3))
                 tail = fh.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
-            return ""
-        return f"{head}\n...[{size - limit} bytes not shown]...\n{tail}"
+            return prefix
+        return f"{prefix}{head}\n...[{size - limit} bytes not shown]...\n{tail}"
 
 
 @dataclass
@@ -198,33 +98,24 @@ class _Session:
         return self.current is not None and self.current.running
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the command's process group (its shell and anything it started, even in background)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _cleanup(base: Path, sessions: dict[str, _Session]) -> None:
+def _cleanup(base: Path, sandbox: Sandbox, sessions: dict[str, _Session]) -> None:
     for s in sessions.values():
         for c in s.commands:
             if c.timer is not None:
                 c.timer.cancel()
-            _kill_group(c.proc)
+    sandbox.close()  # every process of the episode ends here (the sandbox's PID namespace)
     shutil.rmtree(base, ignore_errors=True)
 
 
 class Workspace:
-    """A fresh copy of a task's workspace plus the tools an agent uses on it.
+    """A fresh copy of a task's workspace, its sandbox, and the tools an agent uses on it.
 
     ``command_timeout_s`` is the lifetime limit of every command (foreground or background);
     ``wait_s`` how long ``run_command(wait_for_completion=True)`` blocks; ``max_sleep_s`` caps
-    ``sleep``; ``max_output_chars`` caps observation texts (``truncated=True``).
+    ``sleep``; ``max_output_chars`` caps observation texts (``truncated=True``);
+    ``eval_timeout_s`` limits an evaluation when the task declares no ``max_eval_time``;
+    ``sandbox`` picks the backend (a :class:`~apollo.sandbox.SandboxConfig`, a dict like
+    params.yaml's ``sandbox:``, a backend name, or None for the configured default).
     """
 
     def __init__(
@@ -236,7 +127,8 @@ class Workspace:
         max_output_chars: int = 2000,
         wait_s: float = 10.0,
         max_sleep_s: float = 30.0,
-        eval_timeout_s: float = 60.0,
+        eval_timeout_s: float | None = None,
+        sandbox: SandboxConfig | dict[str, Any] | str | None = None,
     ) -> None:
         self.task = task
         self.command_timeout_s = command_timeout_s
@@ -246,31 +138,36 @@ class Workspace:
         self.eval_timeout_s = eval_timeout_s
         if root is not None:
             Path(root).mkdir(parents=True, exist_ok=True)
-        self._base = Path(tempfile.mkdtemp(prefix=f"apollo-{task.task_id}-", dir=root))
+        self._base = Path(tempfile.mkdtemp(prefix=f"apollo-{task.task_id}-", dir=root)).resolve()
         self.path: Path = self._base / "workspace"
         shutil.copytree(task.workspace_template, self.path)
         (self.path / "output").mkdir(exist_ok=True)
-        self._logs = self._base / "logs"
-        self._logs.mkdir()
-        self._bin = self._base / "bin"
-        self._bin.mkdir()
-        for name in ("python", "python3"):
-            (self._bin / name).symlink_to(sys.executable)
-        self._env = minimal_env(self.path, self._bin)
+        self.sandbox = make_sandbox(sandbox, self.path, self._base / "sandbox")
+        self._logs = self.sandbox.log_dir
         self._sessions: dict[str, _Session] = {"default": _Session("default")}
         self._n_commands = 0
         self.evals_used = 0
         self.eval_records: list[EvalRecord] = []
         self.closed = False
-        self._finalizer = weakref.finalize(self, _cleanup, self._base, self._sessions)
+        self._finalizer = weakref.finalize(self, _cleanup, self._base, self.sandbox, self._sessions)
+        try:
+            self.sandbox.start()
+        except BaseException:
+            self._finalizer()
+            raise
         self._tools: dict[str, Callable[..., ToolResult]] = {
             name: getattr(self, f"_tool_{name}") for name in TOOL_SPECS
         }
 
+    @property
+    def inner_path(self) -> str:
+        """The workspace's path as the agent's commands see it."""
+        return self.sandbox.inner_workspace
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Kill every command still running and delete the workspace."""
+        """End the sandbox (every process of the episode) and delete the workspace."""
         self.closed = True
         self._finalizer()
 
@@ -313,6 +210,14 @@ class Workspace:
             return self._obs(f"Error: {e}", error=True)
         except PermissionError as e:
             return self._obs(f"Refused: {e}", refused=True)
+        except FileOpError as e:
+            if e.kind == "refused":
+                return self._obs(f"Refused: {e.message}", refused=True)
+            return self._obs(f"Error: {e.message}.", error=True)
+        except SandboxError as e:
+            return self._obs(f"Error: the sandbox failed: {e}", error=True)
+        except EvaluationError:
+            raise  # a grader bug, not the agent's: stop with the task and the result named
         except Exception as e:  # a tool bug must not kill the rollout
             return self._obs(f"Error: {tool} failed: {type(e).__name__}: {e}", error=True)
 
@@ -335,20 +240,15 @@ class Workspace:
         return self._sessions[session_id]
 
     def _start(self, session: _Session, command: str) -> _Command:
-        """Start ``command`` in its own process group; output goes to a log outside the workspace."""
+        """Start ``command`` in the sandbox; its output goes to a log outside the workspace."""
         self._n_commands += 1
-        log = self._logs / f"{self._n_commands:04d}.log"
-        script = f"ulimit -f {_MAX_FILE_KB} 2>/dev/null\n{command}"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                [_SHELL, "-c", script], cwd=str(self.path), env=self._env, stdin=subprocess.DEVNULL,
-                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        cmd = _Command(command, proc, log, time.monotonic())
+        name = f"{self._n_commands:04d}.log"
+        proc = self.sandbox.spawn(command, name)
+        cmd = _Command(command, proc, self._logs / name, time.monotonic(), note=self.sandbox.take_note())
 
         def on_timeout() -> None:
             cmd.timed_out = cmd.running
-            _kill_group(proc)  # also whatever it left running in the background
+            proc.kill()  # also whatever it left running in its process group
 
         cmd.timer = threading.Timer(self.command_timeout_s, on_timeout)
         cmd.timer.daemon = True
@@ -365,7 +265,7 @@ class Workspace:
         return f"finished, exit code {code}", code
 
     def _tool_run_command(self, step: int, command: str, session_id: str, wait_for_completion: bool) -> ToolResult:
-        why = check_command(command, self.path)
+        why = check_command(command, Path(self.inner_path))
         if why:
             return self._obs(f"Refused: {why}.", refused=True)
         session = self._session(session_id, create=True)
@@ -381,9 +281,7 @@ class Workspace:
                 f"Started in background session '{session_id}': {command}\n"
                 f"Use check_session_idle('{session_id}') or get_session_output('{session_id}') later."
             )
-        try:
-            cmd.proc.wait(timeout=min(self.wait_s, self.command_timeout_s + 1.0))
-        except subprocess.TimeoutExpired:
+        if not cmd.proc.wait(timeout=min(self.wait_s, self.command_timeout_s + 1.0)):
             out = cmd.output()
             return self._obs(
                 f"$ {command}\n{out}\n[still running in background session '{session_id}' after "
@@ -423,7 +321,7 @@ class Workspace:
         cmd = session.current
         if cmd is None or not cmd.running:
             return self._obs(f"Session '{session_id}' has nothing running.")
-        _kill_group(cmd.proc)
+        cmd.proc.kill()
         if cmd.timer is not None:
             cmd.timer.cancel()
         return self._obs(f"Stopped '{cmd.command}' in session '{session_id}'.")
@@ -436,27 +334,24 @@ class Workspace:
         note = f" (capped at {self.max_sleep_s:.0f} s)" if seconds > self.max_sleep_s else ""
         return self._obs(f"Slept {secs:g} s{note}.")
 
-    # -- files --------------------------------------------------------------------------------------
+    # -- files (each operation runs inside the sandbox) ------------------------------------------------
 
-    def _rel(self, p: Path) -> str:
-        rel = p.relative_to(self.path.resolve()).as_posix()
-        return rel or "."
+    def _file(self, name: str, path: str, **args: Any) -> Any:
+        check_path(path, Path(self.inner_path))  # the polite refusal; the sandbox is the boundary
+        return self.sandbox.file_op(name, path=path, **args)
 
     def _tool_open_file(self, step: int, path: str, line_start: int, line_end: int | None) -> ToolResult:
-        p = resolve_path(path, self.path)
-        if not p.is_file():
-            return self._obs(f"Error: {path} is not a file.", error=True)
-        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+        r = self._file("read", path)
+        lines = r["text"].splitlines()
         start = max(1, line_start)
         end = len(lines) if line_end is None else min(len(lines), line_end)
         body = "\n".join(f"{i}: {lines[i - 1]}" for i in range(start, end + 1))
-        return self._obs(f"[{self._rel(p)}: lines {start}-{end} of {len(lines)}]\n{body}")
+        return self._obs(f"[{r['rel']}: lines {start}-{end} of {len(lines)}]\n{body}")
 
     def _tool_edit_file(self, step: int, path: str, start_line: int, end_line: int, content: str) -> ToolResult:
-        p = resolve_path(path, self.path)
-        if not p.is_file():
+        if self._file("kind", path)["kind"] != "file":
             return self._obs(f"Error: {path} is not a file; use create_file.", error=True)
-        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = self._file("read", path)["text"].splitlines()
         n = len(lines)
         if not (1 <= start_line <= n + 1 and start_line - 1 <= end_line <= n):
             return self._obs(
@@ -464,59 +359,21 @@ class Workspace:
             )
         new = content.splitlines()
         lines[start_line - 1:end_line] = new
-        p.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+        r = self._file("write", path, content="".join(ln + "\n" for ln in lines), must_exist=True)
         lo, hi = max(1, start_line - 2), min(len(lines), start_line + len(new) + 1)
         snippet = "\n".join(f"{i}: {lines[i - 1]}" for i in range(lo, hi + 1))
-        return self._obs(f"Edited {self._rel(p)} lines {start_line}-{end_line}. Now:\n{snippet}")
+        return self._obs(f"Edited {r['rel']} lines {start_line}-{end_line}. Now:\n{snippet}")
 
     def _tool_create_file(self, step: int, path: str, content: str) -> ToolResult:
-        p = resolve_path(path, self.path)
-        if p.is_dir():
-            return self._obs(f"Error: {path} is a folder.", error=True)
-        existed = p.exists()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content, encoding="utf-8")
-        return self._obs(f"{'Overwrote' if existed else 'Created'} {self._rel(p)} ({len(content)} characters).")
+        r = self._file("write", path, content=content)
+        return self._obs(f"{'Overwrote' if r['existed'] else 'Created'} {r['rel']} ({len(content)} characters).")
 
     def _tool_list_files(self, step: int, path: str) -> ToolResult:
-        root = resolve_path(path, self.path)
-        if not root.is_dir():
-            return self._obs(f"Error: {path} is not a folder.", error=True)
-        return self._obs(f"[{self._rel(root)}]\n" + self._tree(root))
-
-    def _tree(self, root: Path, depth: int = 0, budget: list[int] | None = None) -> str:
-        budget = budget if budget is not None else [200]
-        out: list[str] = []
-        for p in sorted(root.iterdir(), key=lambda q: (q.is_file(), q.name)):
-            if p.name.startswith(".") or p.name == "__pycache__":
-                continue
-            if budget[0] <= 0:
-                out.append("  " * depth + "...")
-                break
-            budget[0] -= 1
-            if p.is_dir() and not p.is_symlink():
-                out.append("  " * depth + p.name + "/")
-                if depth < 3:
-                    sub = self._tree(p, depth + 1, budget)
-                    if sub:
-                        out.append(sub)
-            else:
-                out.append("  " * depth + f"{p.name} ({p.stat().st_size if p.exists() else 0} B)")
-        return "\n".join(out)
+        r = self._file("tree", path)
+        return self._obs(f"[{r['rel']}]\n" + r["tree"])
 
     def _tool_search_dir(self, step: int, query: str, path: str) -> ToolResult:
-        root = resolve_path(path, self.path)
-        hits: list[str] = []
-        for f in sorted(root.rglob("*")):
-            if not f.is_file() or f.stat().st_size > 1_000_000 or any(x.startswith(".") for x in f.parts[-2:]):
-                continue
-            for i, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-                if query in line:
-                    hits.append(f"{self._rel(f)}:{i}: {line.strip()[:160]}")
-                    if len(hits) >= 50:
-                        break
-            if len(hits) >= 50:
-                break
+        hits = self._file("search", path, query=query)["hits"]
         return self._obs("\n".join(hits) if hits else f"No matches for {query!r}.")
 
     # -- misc ---------------------------------------------------------------------------------------
@@ -545,6 +402,7 @@ class Workspace:
         return self._obs(self._eval_text(rec), ev=rec)
 
     def _evaluate(self, step: int, forced: bool) -> EvalRecord:
+        """Grade a snapshot of the outputs outside the sandbox (:func:`apollo.env.grading.evaluate_workspace`)."""
         score, metrics, message = evaluate_workspace(self.task, self.path, self.eval_timeout_s)
         rec = EvalRecord(step=step, score=score, metrics=metrics, forced=forced, message=message)
         self.eval_records.append(rec)
