@@ -2,7 +2,7 @@
 
     python benchmarks/bench_masking.py [--actions 50000] [--repeat 3]
 
-Material: the hand-labeled trajectories (``tests/fixtures/labeled_actions_trajectories.jsonl``:
+Material: the hand-labeled trajectories (``tests/fixtures/rule_cases_trajectories.jsonl``:
 real tool observations, scripted-agent episodes), replicated under fresh ids until ``--actions``
 steps. The process is pinned to one CPU (``sched_setaffinity``) and runs single-threaded.
 
@@ -35,7 +35,7 @@ from apollo.schema import MaskDecision, Trajectory, read_trajectories  # noqa: E
 from apollo.supervision.masker import Masker, MaskConfig  # noqa: E402
 from apollo.supervision.symbolic import Rule, RuleSet, load_rules, match_rule  # noqa: E402
 
-FIXTURE = ROOT / "tests" / "fixtures" / "labeled_actions_trajectories.jsonl"
+FIXTURE = ROOT / "tests" / "fixtures" / "rule_cases_trajectories.jsonl"
 
 
 def corpus(n_actions: int) -> list[Trajectory]:

@@ -36,7 +36,7 @@ from apollo.supervision.symbolic import (
     match_rule,
 )
 
-FIXTURES = "tests/fixtures/labeled_actions.jsonl"
+FIXTURES = "tests/fixtures/rule_cases.jsonl"
 DESC = """# Filter a corpus
 ## Task
 Filter data/corpus.jsonl and write the kept records to output/filtered.jsonl.
@@ -110,7 +110,7 @@ def test_rule_decidable_precision_and_recall_at_least_0_9(report):
 
 def test_labeled_set_loader_names_bad_rows(tmp_path, labeled):
     src = [json.loads(x) for x in open(FIXTURES)]
-    (tmp_path / "l_trajectories.jsonl").write_text(open("tests/fixtures/labeled_actions_trajectories.jsonl").read())
+    (tmp_path / "l_trajectories.jsonl").write_text(open("tests/fixtures/rule_cases_trajectories.jsonl").read())
     for bad, msg in [({**src[0], "step": 999}, "is not a step"), ({**src[0], "trajectory_id": "nope"}, "not in"),
                      ({**src[0], "keep": False, "categories": []}, "needs categories")]:
         (tmp_path / "l.jsonl").write_text(json.dumps(src[1]) + "\n" + json.dumps(bad) + "\n")

@@ -12,7 +12,7 @@ from apollo.stages import mask as mask_stage
 from apollo.supervision.detectors import CATEGORIES
 from apollo.supervision.quality import DataQualityError, check_masks
 
-FIXTURE_TRAJS = "tests/fixtures/labeled_actions_trajectories.jsonl"
+FIXTURE_TRAJS = "tests/fixtures/rule_cases_trajectories.jsonl"
 PARAMS = {"mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.05, "max_kept_fraction": 1.0}}
 
 

@@ -36,7 +36,7 @@ from apollo.supervision.detectors import (
     get_detectors,
 )
 from apollo.supervision.judge import Judge, JudgeConfig, JudgeRequest, candidates, judged_categories
-from apollo.supervision.symbolic import RuleSet, _evidence, background_failures
+from apollo.supervision.symbolic import RuleSet, _evidence, background_failures, log_views
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,11 @@ class Masker:
         """Symbolic and detector findings per step (no judge)."""
         per_step: list[list[Finding]] = [[] for _ in traj.steps]
         tid, dom = traj.task_id, traj.domain
+        views = log_views(traj)  # reading a job's log: its failure is the job's, not the read's
         for s in traj.steps:
             hit = self.rules.first_match(s, tid, dom)
+            if hit is not None and s.index in views and hit[0].when == "pattern":
+                hit = None
             if hit is not None:
                 rule, ev = hit
                 per_step[s.index].append(Finding(s.index, rule.category, "symbolic", False,
