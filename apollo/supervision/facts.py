@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Any
 
 from apollo.schema import Machine, TaskFacts, Trajectory
@@ -58,6 +59,67 @@ class TaskInfo:
         return cls(task_id=task_id, description=description, max_evals=facts.max_evals,
                    compute_pool=list(facts.compute_pool) if facts.compute_pool else None,
                    scripts=dict(facts.scripts) if facts.scripts else None)
+
+
+def load_task_infos(source: str | Path, *, with_plan: bool = False) -> dict[str, TaskInfo]:
+    """Task infos from a suite root (mini layout), an InnovatorBench checkout, or a YAML/JSON file.
+
+    * a directory with ``train/``/``test/`` task folders: every task of that suite;
+    * a directory with ``research_gym/configs/tasks/``: the InnovatorBench tasks (domains from
+      their yaml ``domain:`` keys or ``data_construction`` as a placeholder: the detectors do not
+      use the domain);
+    * a file ``{task_id: {description | description_path, compute_pool, scripts, max_evals,
+      vllm_available}}`` (``compute_pool`` as in ``task.yaml``: ``cpu``, ``gpu:4`` or a list).
+    """
+    import json
+
+    import yaml
+
+    from apollo.env.tasks import DOMAINS, list_tasks, parse_compute_pool
+
+    p = Path(source)
+    if p.is_dir() and (p / "research_gym" / "configs" / "tasks").is_dir():
+        from apollo.env.innovatorbench import read_task_config
+        from apollo.env.innovatorbench import load_innovatorbench
+
+        cfgs = sorted((p / "research_gym" / "configs" / "tasks").glob("task_*.y*ml"))
+        names = [read_task_config(c)["task_name"] for c in cfgs]
+        specs = load_innovatorbench(p, domains={n: DOMAINS[0] for n in names})
+        return {t.task_id: TaskInfo.from_task(t) for t in specs}
+    if p.is_dir():
+        tasks = list_tasks(suite_root=p)
+        if not tasks:
+            raise ValueError(f"{p}: no task.yaml under train/ or test/ (not a suite root)")
+        return {t.task_id: TaskInfo.from_task(t, with_plan=with_plan) for t in tasks}
+    try:
+        text = p.read_text(encoding="utf-8")
+        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ValueError(f"{p}: cannot read task infos: {e}") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"{p}: expected a mapping task_id -> task facts")
+    out: dict[str, TaskInfo] = {}
+    for tid, d in doc.items():
+        where = f"{p}: {tid}"
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a mapping")
+        unknown = sorted(set(d) - {"description", "description_path", "compute_pool", "scripts", "max_evals",
+                                   "vllm_available"})
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {unknown}")
+        desc = d.get("description")
+        if d.get("description_path"):
+            desc = (p.parent / d["description_path"]).read_text(encoding="utf-8")
+        scripts = d.get("scripts")
+        if isinstance(scripts, list):
+            scripts = {str(s): "" for s in scripts}
+        out[str(tid)] = TaskInfo(task_id=str(tid), description=desc,
+                                 max_evals=int(d["max_evals"]) if d.get("max_evals") is not None else None,
+                                 vllm_available=d.get("vllm_available"),
+                                 compute_pool=list(parse_compute_pool(d.get("compute_pool"), f"{where}: compute_pool"))
+                                 if d.get("compute_pool") is not None else None,
+                                 scripts=dict(scripts) if scripts is not None else None)
+    return out
 
 
 @lru_cache(maxsize=1)

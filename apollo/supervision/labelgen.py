@@ -575,7 +575,8 @@ def run_scenario(scn: Scenario, task: Any, root: Path) -> tuple[Trajectory, list
 
     traj = Trajectory(trajectory_id=_traj_id(scn), task_id=task.task_id, split="train", domain=task.domain,
                       policy_id="scripted-noise", engine="scripted", started_at=time.time(),
-                      prefix_messages=initial_messages(task.description), meta={"labeled": True, "scenario": scn.id})
+                      prefix_messages=initial_messages(task.description), meta={"labeled": True, "scenario": scn.id},
+                      task_facts=task.facts())
     labels: list[dict[str, Any]] = []
     pending: list[Guidance] = []
     kw = {"command_timeout_s": 20.0, "max_output_chars": 1500, **scn.workspace}
