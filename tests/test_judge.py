@@ -98,7 +98,7 @@ def _step(i, tool, args, obs, guidance=(), exit_code=0):
 
 def guided_traj(tid="judge-t") -> Trajectory:
     """Guidance before step 2 (in words the rule pass does not parse): leave scripts/train.py alone.
-    Step 2 does not; step 3 obeys; step 4 fails."""
+    Step 2 edits it anyway; step 3 obeys; step 4 fails."""
     steps = [
         _step(0, "open_file", {"path": "config.json"}, "[config.json: lines 1-3 of 3]\n1: {\n2: \"loss\": \"mse\"\n3: }"),
         _step(1, "open_file", {"path": "scripts/train.py"}, "[scripts/train.py: lines 1-2 of 2]\n1: import json\n2: pass"),

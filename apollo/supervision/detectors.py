@@ -50,6 +50,7 @@ from typing import Any
 
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
+    SERVER_RE,
     VLLM_RE,
     Facts,
     TaskInfo,
@@ -166,6 +167,7 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     """Writing an output by hand, or with an own script, instead of running the provided script."""
     out: list[Finding] = []
     writers = [s for s, w in f.scripts.items() if w]
+    docs = f.script_docs
     plan_keys = [k for k in (f.task.plan or []) if k.get("key") and k.get("avoid")]
     used: set[str] = set()  # provided scripts run successfully so far
     for i in range(f.n):
@@ -182,7 +184,9 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if tool == "edit_file":
             targets = []  # editing an output in place is judged, not ruled
         reason = None
-        unused = [s for s in writers if s not in used]
+        named = [s for s in writers if targets and any(t in docs.get(s, "") or t.rsplit("/", 1)[-1] in docs.get(s, "")
+                                                       for t in targets)]
+        unused = [] if any(s in used for s in (named or writers)) else (named or writers)
         if targets and unused and (tool == "create_file" or runs or _HAND_WRITE_RE.search(f.command(i))
                                     or "python" in f.command(i)):
             how = f"with its own {runs[0]}" if runs else f"by hand ({tool}: {short(f.command(i) or f.args[i].get('path'))})"
@@ -395,7 +399,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran the finished job '{short(cmd)}' (step {done_cmds[cmd]}) with nothing changed since"))
-            elif p.flag_gpu_underuse and pool is not None and pool >= 2:
+            elif p.flag_gpu_underuse and pool is not None and pool >= 2 and not SERVER_RE.search(cmd):
+                # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
                 used = gpus_used(cmd)
                 busy = sum((gpus_used(j.command) or pool) if j.server or gpus_used(j.command) else 0
                            for j in f.jobs_before[i])

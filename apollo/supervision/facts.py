@@ -149,6 +149,7 @@ PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
 SED_I_RE = re.compile(r"\bsed\s+(?:-\w*\s+)*-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+(\S+)")
 TOKEN_SPLIT_RE = re.compile(r"[\s;&|<>()'\"]+")
 ECHO_RE = re.compile(r"^\$ .*$", re.MULTILINE)
+STATUS_RE = re.compile(r"^\[(?:finished|killed|still running|session )[^\n]*\]$", re.MULTILINE)  # the tool's own status line
 SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing running", "Stopped '")
 # a line of a job's own output saying it is done (logs, get_session_output, tail of a log file)
 DONE_LINE_RE = re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b|completed?\b"
@@ -244,8 +245,8 @@ class Facts:
         return ""
 
     @cached_property
-    def scripts(self) -> dict[str, bool]:
-        """Scripts the task provides → whether they write files (by what the description says)."""
+    def script_docs(self) -> dict[str, str]:
+        """Scripts the task provides → what the description says of them."""
         docs = self.task.scripts
         if docs is None:
             from apollo.env.tasks import provided_scripts
@@ -253,6 +254,12 @@ class Facts:
             docs = provided_scripts(self.description)
             if not docs:  # no Scripts section: every script the description names
                 docs = {norm_path(m): "" for m in SCRIPT_RE.findall(self.description)}
+        return {norm_path(p): text for p, text in docs.items()}
+
+    @cached_property
+    def scripts(self) -> dict[str, bool]:
+        """Scripts the task provides → whether they write files (by what the description says)."""
+        docs = self.script_docs
         return {norm_path(p): bool(re.search(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild",
                                              text, re.IGNORECASE)) for p, text in docs.items()}
 
@@ -381,7 +388,7 @@ class Facts:
         if tool == "run_command" and not self.background(i) and self.session(i) == job.session:
             return True  # a foreground command ran in that session: it was free
         seen = self.viewed_paths(i)
-        if job.logs and any(p in seen for p in job.logs) and DONE_LINE_RE.search(ECHO_RE.sub("", text)):
+        if job.logs and any(p in seen for p in job.logs) and DONE_LINE_RE.search(STATUS_RE.sub("", ECHO_RE.sub("", text))):
             return True
         if job.outputs and tool in ("run_command", "list_files", "open_file"):
             names = [o for o in job.outputs if o in seen or (tool != "open_file" and os.path.basename(o) in text)]
