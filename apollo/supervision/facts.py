@@ -167,6 +167,42 @@ GPU_COUNT_RE = re.compile(r"(?i)\b(\d+)\s*(?:x|×|\*)?\s*(?:[A-Z]?\d{2,3}\s*(?:G
                           r"(?:A100|H100|H200|A800|H800|V100|L40S?|RTX\s*\w+|GPUs?)\b")
 
 
+@lru_cache(maxsize=256)
+def _description_says_vllm(description: str) -> bool | None:
+    """True: the task says vLLM is there; False: it says it is not; None: it does not say."""
+    if "vllm" not in description.lower():
+        return None
+    return not VLLM_MISSING_RE.search(description)
+
+
+@lru_cache(maxsize=256)
+def _task_outputs(description: str) -> frozenset[str]:
+    sec = section(description, "Task") or description
+    return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
+
+
+_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1024)
+def _says_writes(doc: str) -> bool:
+    """A provided script's description line says it writes files."""
+    return bool(_WRITES_DOC_RE.search(doc))
+
+
+@lru_cache(maxsize=16384)
+def _script_runs(cmd: str) -> tuple[str, ...]:
+    out = [norm_path(m) for m in PY_RUN_RE.findall(cmd)]
+    out += [norm_path(a or b) for a, b in MODULE_RUN_RE.findall(cmd)]
+    return tuple(out)
+
+
+@lru_cache(maxsize=16384)
+def redirect_targets(cmd: str) -> tuple[str, ...]:
+    """Files a shell command redirects output to (``> f``, ``>> f``, ``2> f``, ``&> f``; not /dev/null)."""
+    return tuple(norm_path(m) for m in REDIRECT_RE.findall(cmd)) if ">" in cmd else ()
+
+
 def norm_path(p: Any) -> str:
     return _norm_str(p) if isinstance(p, str) else ""
 
@@ -259,15 +295,12 @@ class Facts:
     @cached_property
     def scripts(self) -> dict[str, bool]:
         """Scripts the task provides → whether they write files (by what the description says)."""
-        docs = self.script_docs
-        return {norm_path(p): bool(re.search(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild",
-                                             text, re.IGNORECASE)) for p, text in docs.items()}
+        return {p: _says_writes(text) for p, text in self.script_docs.items()}
 
     @cached_property
     def task_outputs(self) -> frozenset[str]:
         """Output paths named in the task statement (what the agent must produce)."""
-        sec = section(self.description, "Task") or self.description
-        return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
+        return _task_outputs(self.description)
 
     @cached_property
     def vllm_available(self) -> bool:
@@ -275,11 +308,12 @@ class Facts:
         if self.task.vllm_available is not None:
             return self.task.vllm_available
         env_text = [ECHO_RE.sub("", o) for o in self.obs if "vllm" in o.lower()]
-        if any(VLLM_MISSING_RE.search(t) for t in env_text) or VLLM_MISSING_RE.search(self.description):
+        if any(VLLM_MISSING_RE.search(t) for t in env_text):
             return False
-        if any(VLLM_PRESENT_RE.search(t) for t in env_text):
-            return True
-        return bool(VLLM_RE.search(self.description))
+        said = _description_says_vllm(self.description)
+        if said is False:
+            return False
+        return any(VLLM_PRESENT_RE.search(t) for t in env_text) or bool(said)
 
     @cached_property
     def gpus(self) -> int | None:
@@ -319,14 +353,10 @@ class Facts:
     def script_runs(self, i: int) -> list[str]:
         """Scripts (``python x.py``, ``bash x.sh``, ``./x``) and modules (``python -m m``) a command runs."""
         cmd = self.command(i)
-        if not cmd:
-            return []
-        out = [norm_path(m) for m in PY_RUN_RE.findall(cmd)]
-        out += [norm_path(a or b) for a, b in MODULE_RUN_RE.findall(cmd)]
-        return out
+        return list(_script_runs(cmd)) if cmd else []
 
     def redirects(self, i: int) -> list[str]:
-        return [norm_path(m) for m in REDIRECT_RE.findall(self.command(i))]
+        return list(redirect_targets(self.command(i)))
 
     def written_paths(self, i: int) -> list[str]:
         """Files a step writes, where the call says so (redirects, --output, create/edit)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from apollo.supervision.facts import CP_RE, SED_I_RE, Facts, is_false, norm_path, short
@@ -91,6 +92,12 @@ def _pairs(text: str) -> dict[str, str]:
 
 def extract(text: str, given_at: int = 0) -> list[Directive]:
     """The explicit directives in one guidance message."""
+    return [Directive(d.kind, d.target, dict(d.values), given_at, d.text) for d in _extract(text)]
+
+
+@lru_cache(maxsize=4096)
+def _extract(text: str) -> tuple[Directive, ...]:
+    given_at = 0
     out: list[Directive] = []
     for sent in (s.strip() for s in _SENT_SPLIT.split(text)):
         if not sent:
@@ -133,7 +140,7 @@ def extract(text: str, given_at: int = 0) -> list[Directive]:
             sid = (WAIT_EVAL_RE.search(sent).group(1) or "") or (STILL_RUNNING_RE.search(sent).group(1)
                                                                 if STILL_RUNNING_RE.search(sent) else "")
             out.append(d("wait_before_eval", sid))
-    return out
+    return tuple(out)
 
 
 def directives(f: Facts) -> list[Directive]:

@@ -250,7 +250,7 @@ def log_views(traj: Any) -> dict[int, int]:
     (``tail train.log``, ``cat``, ``open_file``). A read that succeeded (exit 0) shows the job's
     output, not a failure of the read.
     """
-    from apollo.supervision.facts import REDIRECT_RE, TOKEN_SPLIT_RE, VIEW_CMD_RE, WRITE_CMD_RE, norm_path
+    from apollo.supervision.facts import TOKEN_SPLIT_RE, VIEW_CMD_RE, WRITE_CMD_RE, norm_path, redirect_targets
 
     logs: dict[str, int] = {}
     out: dict[int, int] = {}
@@ -260,20 +260,20 @@ def log_views(traj: Any) -> dict[int, int]:
             continue
         args = a.arguments if isinstance(a.arguments, dict) else {}
         if a.tool == "open_file":
-            p = norm_path(args.get("path"))
+            p = norm_path(args.get("path")) if logs else ""
             if p in logs and not s.observation.error:
                 out[s.index] = logs[p]
             continue
         cmd = args.get("command") if a.tool == "run_command" else None
         if not isinstance(cmd, str) or not cmd:
             continue
-        if VIEW_CMD_RE.search(cmd) and not WRITE_CMD_RE.search(cmd) and not s.observation.exit_code:
+        if logs and VIEW_CMD_RE.search(cmd) and not WRITE_CMD_RE.search(cmd) and not s.observation.exit_code:
             seen = [logs[t] for t in map(norm_path, TOKEN_SPLIT_RE.split(cmd)) if t in logs]
             if seen:
                 out[s.index] = max(seen)
                 continue
-        for p in REDIRECT_RE.findall(cmd):
-            logs[norm_path(p)] = s.index
+        for p in redirect_targets(cmd):
+            logs[p] = s.index
     return out
 
 
