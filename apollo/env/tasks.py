@@ -60,7 +60,8 @@ def parse_compute_pool(value: Any, where: str = "computer_pool") -> tuple[Machin
     return tuple(out)
 
 
-def _section(description: str, name: str) -> str:
+def section(description: str, name: str) -> str:
+    """The body of a ``## name`` section of a task description (``""`` when there is none)."""
     m = re.search(rf"^#+\s*{name}\s*$(.*?)(?=^#+\s|\Z)", description, re.MULTILINE | re.DOTALL | re.IGNORECASE)
     return m.group(1) if m else ""
 
@@ -72,7 +73,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     description's *Scripts* section documents; the text is the section line that documents it.
     """
     out: dict[str, str] = {}
-    for line in _section(description, "Scripts").splitlines():
+    for line in section(description, "Scripts").splitlines():
         m = _SCRIPT_PATH_RE.search(line)  # the script a usage line documents (later mentions are references)
         if m:
             path = os.path.normpath(m.group(1))

@@ -157,9 +157,6 @@ _WRITE_TOOLS = ("run_command", "create_file", "edit_file")
 _HAND_WRITE_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv|head|tail|cat|echo|printf|shuf|sort|awk|sed|jq|tee|ln)(?=\s)")
 
 
-def _is_output(f: Facts, p: str) -> bool:
-    return p in f.task_outputs or p.startswith(("output/", "outputs/"))
-
 
 # --------------------------------------------------------------------------------- detectors
 @register("ignore_script", judge_tools=_WRITE_TOOLS)
@@ -180,7 +177,7 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             if not f.steps[i].observation.exit_code:
                 used.update(provided)
             continue  # it runs a provided script
-        targets = sorted(p for p in f.written_paths(i) if _is_output(f, p))
+        targets = sorted(p for p in f.written_paths(i) if f.is_output(p))
         if tool == "edit_file":
             targets = []  # editing an output in place is judged, not ruled
         reason = None

@@ -18,6 +18,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from apollo.env.tasks import section
 from apollo.schema import Machine, TaskFacts, Trajectory
 
 
@@ -216,11 +217,6 @@ def _norm_str(p: str) -> str:
     if p.startswith("/workspace/"):  # InnovatorBench's absolute workspace paths
         p = p[len("/workspace/"):]
     return p[2:] if p.startswith("./") else p
-
-
-def section(description: str, name: str) -> str:
-    m = re.search(rf"^#+\s*{name}\s*$(.*?)(?=^#+\s|\Z)", description, re.MULTILINE | re.DOTALL | re.IGNORECASE)
-    return m.group(1) if m else ""
 
 
 def short(x: Any, n: int = 60) -> str:
@@ -442,6 +438,10 @@ class Facts:
     def pending_before(self) -> list[dict[str, str]]:
         """Result-producing jobs (not servers) not yet seen finished, before each step: {session: command}."""
         return [{j.session: j.command for j in jobs if not j.server} for jobs in self.jobs_before]
+
+    def is_output(self, p: str) -> bool:
+        """A path the evaluation reads: named in the task statement, or under output(s)/."""
+        return p in self.task_outputs or p.startswith(("output/", "outputs/"))
 
     def viewed_paths(self, i: int) -> set[str]:
         """Files whose content step ``i`` shows (open_file, cat/head/tail/…)."""

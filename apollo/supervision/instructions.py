@@ -171,9 +171,6 @@ def _value_in(content: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _is_output(f: Facts, p: str) -> bool:
-    return p in f.task_outputs or p.startswith(("output/", "outputs/"))
-
 
 def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
     """(step, reason) for every action that contradicts an earlier explicit directive."""
@@ -215,9 +212,9 @@ def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
                         reason = f"ran {d.target} with another {fl} than the {v} asked for ({d.describe()})"
                     elif ok and not f.steps[i].observation.exit_code:
                         ran.setdefault(d.target, i)
-                elif d.target not in ran and any(_is_output(f, p) for p in written) and \
+                elif d.target not in ran and any(f.is_output(p) for p in written) and \
                         not (runs & set(f.scripts) - {d.target}):
-                    p = next(p for p in sorted(written) if _is_output(f, p))
+                    p = next(p for p in sorted(written) if f.is_output(p))
                     reason = f"wrote {p} without {d.target}, which it was told to use ({d.describe()})"
             elif d.kind == "set" and d.target in written:
                 content = f.args[i].get("content") if tool in ("create_file", "edit_file") else f.command(i)
