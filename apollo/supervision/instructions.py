@@ -51,7 +51,7 @@ OPEN_SCRIPT_RE = re.compile(r"(?i)\bopen\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b.*
 FLAG_RE = re.compile(r"(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))?")
 OPEN_BEFORE_EDIT_RE = re.compile(rf"(?i)\b(?:open|read|view|look\s+at)\s+{_PATH}\b.*\bbefore\s+(?:edit|chang|modif)")
 SET_IN_RE = re.compile(rf"(?i)\bin\s+{_PATH},?\s+set\s+(.+)$")
-SET_TO_RE = re.compile(rf"(?i)\bset\s+(.+?)\s+in\s+{_PATH}\s*\.?$")
+SET_TO_RE = re.compile(rf"(?i)\bset\s+(.+?)\s+in\s+{_PATH}(?=\s*(?:[.;,]|$))")
 EDIT_COLON_RE = re.compile(rf"(?i)\bedit\s+{_PATH}\s*:\s*(.+)$")
 KV_EQ_RE = re.compile(r"[\"']?([A-Za-z_][\w.-]*)[\"']?\s*(?:=|:|\bto\b)\s*[\"']?(-?[\w.+-]+)[\"']?")
 KV_SPACE_RE = re.compile(r"^\s*[\"']?([A-Za-z_][\w-]*)[\"']?\s+[\"']?(-?[\w.+-]+)[\"']?\s*$")
