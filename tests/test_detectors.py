@@ -233,10 +233,14 @@ def test_improper_eval():
              ev(5), st(6, "check_session_idle", {"session_id": "train"}, "Session 'train' is idle (last command finished, exit code 0)."),
              ev(7), st(8, "create_file", {"path": "notes.md", "content": "x"}, "Created notes.md"), ev(9))
     d = drops(t, "improper_eval", TaskInfo(max_evals=10))
-    assert sorted(d) == [0, 3, 5, 9], d
-    assert "before changing anything" in d[0] and "nothing changed since the eval at step 2" in d[3]
+    assert sorted(d) == [3, 5, 9], d  # 0: a first eval of the untouched workspace is kept by default
+    assert "nothing changed since the eval at step 2" in d[3]
     assert "was not seen finished" in d[5]  # and step 7 is fine: the job finished after the eval at 5
-    assert sorted(drops(t, "improper_eval", TaskInfo(max_evals=2))) == [0, 3, 5, 7, 9]  # 7: over budget
+    strict = DetectorParams(flag_eval_before_change=True)
+    assert "before changing anything" in drops(t, "improper_eval", TaskInfo(max_evals=10), strict)[0]
+    assert sorted(drops(t, "improper_eval", TaskInfo(max_evals=2))) == [3, 5, 7, 9]  # 7: over budget
+    missing = st(0, "eval", {}, "Evaluation 1/3: overall_score=0\nrmse=None\noutput/model.json not found: has training finished?")
+    assert "before the output existed (output/model.json not found)" in drops(traj(missing), "improper_eval")[0]
 
 
 def test_performance_regression():

@@ -32,8 +32,9 @@ violate_instruction    an action contradicting an explicit directive of earlier 
                        (:mod:`apollo.supervision.instructions`); the judge covers the rest
 improper_eval          eval while a result-producing job is not seen finished (session state,
                        its log or its output files; a persistent server never blocks evals),
-                       before any change, with nothing changed since the last eval, or past
-                       the eval budget
+                       before its output exists (the eval says it is missing), with nothing
+                       changed since the last eval, or past the eval budget (a first eval of
+                       the untouched workspace: ``flag_eval_before_change``)
 ====================== ======================================================================
 
 A detector never raises on odd input (missing arguments, non-string values): it then says nothing.
@@ -95,6 +96,7 @@ class DetectorParams:
     flag_reruns: bool = True  # re-running an identical finished job with nothing changed
     flag_gpu_underuse: bool = True  # a GPU job on at most half the free GPUs of the compute pool
     flag_idle_sleep: bool = False  # sleeping while no job runs (waiting, not compute use: off by default)
+    flag_eval_before_change: bool = False  # a first eval of the untouched workspace (its output exists)
     default_max_evals: int = 3
     instruction_window: int | None = None  # steps a directive holds (None: to the end; prohibitions always)
 
@@ -423,6 +425,9 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
     return [_drop(i, "violate_instruction", reason) for i, reason in violations(f, p.instruction_window)]
 
 
+_EVAL_MISSING_RE = re.compile(r"[\w./-]+ (?:not found|does not exist|is missing)|No such file[^\n]*")
+
+
 @register("improper_eval", judge_tools=("eval",))
 def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Eval while a job runs, before any change, with nothing changed since the last eval, or over budget."""
@@ -444,9 +449,11 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             sid, cmd = next(iter(pend.items()))
             reason = (f"evaluated while the job in session '{sid}' ('{short(cmd, 50)}') was not seen finished "
                       "(no idle session, completion log or output file yet)")
-        elif not changed and last_eval is None:
+        elif f.ok(i) and _EVAL_MISSING_RE.search(f.obs[i]):
+            reason = f"evaluated before the output existed ({_EVAL_MISSING_RE.search(f.obs[i]).group(0)})"
+        elif not changed and last_eval is None and p.flag_eval_before_change:
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
-        elif not changed:
+        elif not changed and last_eval is not None:
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"
         if reason:
             out.append(_drop(i, "improper_eval", reason))
