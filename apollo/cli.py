@@ -66,6 +66,8 @@ def _masker(args: argparse.Namespace, *, judge_default: bool = True):
     if not judge_default and getattr(args, "judge_backend", None) is None:
         judge["backend"] = "none"
     mp["judge"] = judge
+    if getattr(args, "tasks", None):
+        mp["tasks"] = args.tasks
     return Masker(MaskConfig.from_params(mp))
 
 
@@ -80,7 +82,12 @@ def cmd_mask_explain(args: argparse.Namespace) -> int:
         found = True
         findings = None
         if masker is not None:
-            findings = masker.analyze([t])[0]
+            try:
+                findings = masker.analyze([t])[0]
+            except KeyError as e:  # UnknownTaskError: no silent fallback to another task
+                print(f"mask explain: {e}", file=sys.stderr)
+                masker.close()
+                return 1
             t = t.model_copy(update={"steps": [s.model_copy(update={"mask": masker.decide(fs)})
                                                for s, fs in zip(t.steps, findings)]})
         print(f"# {t.trajectory_id}  task={t.task_id}  final={t.final_score}  best={t.best_score}"
@@ -111,23 +118,32 @@ def cmd_mask_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_mask_report(args: argparse.Namespace) -> int:
-    from apollo.supervision.labeled import LabeledSetError, evaluate_labeled, load_labeled
+    from apollo.supervision.labeled import LabeledSetError, evaluate_labeled, load_labeled, load_split
 
     try:
         labels, trajs = load_labeled(args.fixtures, args.trajectories)
+        split = load_split(args.fixtures)
     except (OSError, LabeledSetError) as e:
         print(f"mask report: {e}", file=sys.stderr)
         return 1
+    if args.split not in ("all", "each") and args.split not in split:
+        print(f"mask report: no split {args.split!r} in {Path(args.fixtures).with_name('split.json')}", file=sys.stderr)
+        return 1
+    names = (["all", *[n for n in ("dev", "test") if n in split]] if args.split == "each" else [args.split])
     masker = _masker(args)
     try:
-        report = evaluate_labeled(masker, labels, trajs)
+        reports = [evaluate_labeled(masker, labels, trajs, only=None if n == "all" else split[n],
+                                    title="all" if n == "all" else f"{n} split") for n in names]
+    except KeyError as e:
+        print(f"mask report: {e}", file=sys.stderr)
+        return 1
     finally:
         masker.close()
-    print(report.table())
+    print("\n\n".join(r.table(errors=args.errors) for r in reports))
     if args.json:
         from apollo.schema import atomic_write_text
 
-        atomic_write_text(args.json, json.dumps(report.to_json(), indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps([r.to_json() for r in reports], indent=2) + "\n")
     return 0
 
 
@@ -171,11 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--judge-backend", default=None, choices=["none", "openai", "hf", "vllm"])
     me.add_argument("--judge-model", default=None)
     me.add_argument("--judge-base-url", default=None)
+    me.add_argument("--tasks", default=None, help="task infos for tasks outside the suite: a suite root, an "
+                    "InnovatorBench checkout or a YAML/JSON file (default: mask.tasks, else the suite)")
     me.set_defaults(fn=cmd_mask_explain)
-    mr = msub.add_parser("report", help="precision/recall per category on the hand-labeled actions")
-    mr.add_argument("--fixtures", default="tests/fixtures/labeled_actions.jsonl", help="labels (JSONL)")
+    mr = msub.add_parser("report", help="precision/recall per category (95%% intervals) on the blind labeled set")
+    mr.add_argument("--fixtures", default="tests/fixtures/blind/labels.jsonl",
+                    help="labels (JSONL; the rule regression cases: tests/fixtures/rule_cases.jsonl)")
     mr.add_argument("--trajectories", default=None,
-                    help="their trajectories (default: <fixtures stem>_trajectories.jsonl)")
+                    help="their trajectories (default: rollouts.jsonl or <fixtures stem>_trajectories.jsonl beside them)")
+    mr.add_argument("--split", default="each", help="all | dev | test | each (default: whole set and every split)")
+    mr.add_argument("--errors", action="store_true", help="list every false positive / negative")
+    mr.add_argument("--tasks", default=None, help="task infos for tasks outside the suite (see explain)")
     mr.add_argument("--params", default=None, help="params file (default: params.yaml if present)")
     mr.add_argument("--judge-backend", default=None, choices=["none", "openai", "hf", "vllm"],
                     help="override mask.judge.backend (default: from params: none)")

@@ -159,6 +159,32 @@ class EvalRecord(_Model):
     message: str = ""
 
 
+class Machine(_Model):
+    """One machine of a task's compute pool (InnovatorBench ``computer_pool`` entry)."""
+
+    kind: str = "cpu"  # gpu | cpu | localhost_cpu
+    gpus: int = Field(default=0, ge=0)
+    cpus: int | None = Field(default=None, ge=1)
+
+
+class TaskFacts(_Model):
+    """What the task gives the agent, as the supervision detectors need it (optional in a record).
+
+    Filled from the task at rollout time, so a trajectory from outside the mini suite carries its
+    own facts: the compute pool, the provided scripts (path → what the description says of it,
+    ``""`` when it says nothing) and the eval budget.
+    """
+
+    compute_pool: list[Machine] = Field(default_factory=list)
+    scripts: dict[str, str] = Field(default_factory=dict)
+    max_evals: int | None = Field(default=None, ge=0)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the largest machine (what one job can use without multi-node launch)."""
+        return max((m.gpus for m in self.compute_pool), default=0)
+
+
 class Trajectory(_Model):
     schema_version: int = SCHEMA_VERSION
     trajectory_id: str
@@ -182,6 +208,7 @@ class Trajectory(_Model):
     branch_step_index: int | None = None
     branch_token_index: int | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+    task_facts: TaskFacts | None = None  # the task's compute pool, scripts, eval budget (optional)
 
     @model_validator(mode="after")
     def _check(self) -> Trajectory:

@@ -1,4 +1,4 @@
-"""Symbolic rules and the eight detectors: unit cases and precision/recall on the labeled set."""
+"""Symbolic rules and the eight detectors: unit cases and the rule regression cases (tests/fixtures/rule_cases*)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from apollo.supervision.symbolic import (
     match_rule,
 )
 
-FIXTURES = "tests/fixtures/labeled_actions.jsonl"
+FIXTURES = "tests/fixtures/rule_cases.jsonl"
 DESC = """# Filter a corpus
 ## Task
 Filter data/corpus.jsonl and write the kept records to output/filtered.jsonl.
@@ -95,22 +95,27 @@ def test_labeled_set_covers_every_category_and_rule(labeled):
     assert any(t.meta.get("mistakes") for t in trajs.values())  # scripted-agent episodes are in it
 
 
-def test_rule_decidable_precision_and_recall_at_least_0_9(report):
+def test_rule_cases_meet_their_specification(report):
+    """The rule regression cases state each rule's specification: every rule-decided category is met."""
     table = report.table()
     for s in rule_decidable(report):
         assert s.support > 0, f"{s.name}: no labeled positive\n{table}"
         assert s.precision is not None and s.precision >= 0.9, f"{s.name}: precision {s.precision}\n{table}"
-        assert s.recall >= 0.9, f"{s.name}: recall {s.recall}\n{table}"
+        if s.name != "violate_instruction":
+            assert s.recall >= 0.9, f"{s.name}: recall {s.recall}\n{table}"
     assert report.decision.precision >= 0.9
     vi = next(s for s in report.categories if s.name == "violate_instruction")
-    assert vi.mode == "judge (off)" and vi.tp == 0 and vi.fp == 0  # judge only: no rule pretends to decide it
+    # the rule pass finds the explicit directives; "use --backend vllm" then running an own HF script is the judge's
+    assert vi.mode == "rule" and vi.fp == 0 and vi.tp >= 3 and vi.examples["fn"] == ["labeled-llm-gen-vllm-available#7"]
     m = report.metrics()
     assert m["mask.labeled.category.blind_edit.precision"] >= 0.9 and "mask.labeled.rule.tool_error.recall" in m
+    lo, hi = report.decision.recall_ci
+    assert m["mask.labeled.decision.recall_lo95"] == lo and lo < report.decision.recall <= hi
 
 
 def test_labeled_set_loader_names_bad_rows(tmp_path, labeled):
     src = [json.loads(x) for x in open(FIXTURES)]
-    (tmp_path / "l_trajectories.jsonl").write_text(open("tests/fixtures/labeled_actions_trajectories.jsonl").read())
+    (tmp_path / "l_trajectories.jsonl").write_text(open("tests/fixtures/rule_cases_trajectories.jsonl").read())
     for bad, msg in [({**src[0], "step": 999}, "is not a step"), ({**src[0], "trajectory_id": "nope"}, "not in"),
                      ({**src[0], "keep": False, "categories": []}, "needs categories")]:
         (tmp_path / "l.jsonl").write_text(json.dumps(src[1]) + "\n" + json.dumps(bad) + "\n")
@@ -161,7 +166,7 @@ def test_default_rules_tool_errors_and_content_views():
         (st(0, "run_command", {}, "Error: run_command needs argument 'command' (string). Usage: ...", error=True),
          "invalid_tool_call"),
         (st(0, "open_file", {"path": "x.py"}, "Error: x.py is not a file.", error=True), "tool_error"),
-        (st(0, "eval", {}, "Refused: eval budget exhausted (3/3 used).", refused=True), "refused_tool_call"),
+        (st(0, "eval", {}, "Refused: eval budget exhausted (3/3 used).", refused=True), "refused_tool_call"),  # explicit_failure
         (run("python f.py --min-quality 45", "$ python f.py\nkept 0 of 440 records -> output/f.jsonl\n\n[finished, exit code 0]"),
          "empty_output"),
         (run("cat x", "$ cat x\ncat: x: Permission denied\n\n[finished, exit code 1]", 1), "explicit_failure"),
@@ -198,7 +203,7 @@ def test_registry_selects_by_name():
     assert [d.name for d in get_detectors(["blind_edit", "improper_eval"])] == ["blind_edit", "improper_eval"]
     with pytest.raises(ValueError, match="unknown detector 'nope'"):
         get_detectors(["nope"])
-    assert DETECTORS["violate_instruction"].detect is None and DETECTORS["violate_instruction"].judge_always
+    assert DETECTORS["violate_instruction"].detect is not None and DETECTORS["violate_instruction"].judge_always
     with pytest.raises(ValueError, match="unknown key"):
         MaskConfig.from_params({"detector_params": {"nope": 1}})
     only = Masker(MaskConfig.from_params({"detectors": ["blind_edit"]}), load_tasks=False)
@@ -228,10 +233,14 @@ def test_improper_eval():
              ev(5), st(6, "check_session_idle", {"session_id": "train"}, "Session 'train' is idle (last command finished, exit code 0)."),
              ev(7), st(8, "create_file", {"path": "notes.md", "content": "x"}, "Created notes.md"), ev(9))
     d = drops(t, "improper_eval", TaskInfo(max_evals=10))
-    assert sorted(d) == [0, 3, 5, 9], d
-    assert "before changing anything" in d[0] and "nothing changed since the eval at step 2" in d[3]
+    assert sorted(d) == [3, 5, 9], d  # 0: a first eval of the untouched workspace is kept by default
+    assert "nothing changed since the eval at step 2" in d[3]
     assert "was not seen finished" in d[5]  # and step 7 is fine: the job finished after the eval at 5
-    assert sorted(drops(t, "improper_eval", TaskInfo(max_evals=2))) == [0, 3, 5, 7, 9]  # 7: over budget
+    strict = DetectorParams(flag_eval_before_change=True)
+    assert "before changing anything" in drops(t, "improper_eval", TaskInfo(max_evals=10), strict)[0]
+    assert sorted(drops(t, "improper_eval", TaskInfo(max_evals=2))) == [3, 5, 7, 9]  # 7: over budget
+    missing = st(0, "eval", {}, "Evaluation 1/3: overall_score=0\nrmse=None\noutput/model.json not found: has training finished?")
+    assert "before the output existed (output/model.json not found)" in drops(traj(missing), "improper_eval")[0]
 
 
 def test_performance_regression():
@@ -248,7 +257,7 @@ def test_performance_regression():
     assert sorted(drops(traj(*steps, evals=evals), "performance_regression")) == [8]
 
 
-def test_resource_waste():
+def test_resource_waste_is_compute_use_not_waiting():
     t = traj(run("python scripts/train.py --data a"), run("python scripts/train.py --data a"),
              st(2, "sleep", {"seconds": 5}, "Slept 5 s."),
              st(3, "run_command", {"command": "python scripts/train.py --config c", "session_id": "train",
@@ -260,23 +269,29 @@ def test_resource_waste():
              run("python scripts/train.py --config c"), st(9, "sleep", {"seconds": 5}, "Slept 5 s."),
              st(10, "run_command", {"command": "python long.py"}, "$ python long.py\n...", wall=7.0),
              st(11, "run_command", {"command": "python long2.py"},
-                "$ python long2.py\n[still running in background session 'default' after 10 s; use ...]"))
+                "$ python long2.py\n[still running in background session 'default' after 10 s; use ...]"),
+             st(12, "run_command", {"command": "pip install -q numpy"}, "$ pip install -q numpy\n\n[finished, exit code 0]",
+                wall=6.0),
+             run("ls output"), run("ls output"))
     d = drops(t, "resource_waste")
-    assert sorted(d) == [1, 2, 5, 8, 9, 10, 11], d
-    assert "re-ran" in d[1] and "idle wait" in d[2] and "busy polling" in d[5] and "re-ran" in d[8]
-    assert sorted(drops(t, "resource_waste", params=DetectorParams(flag_blocking_foreground=False,
-                                                                   flag_busy_polling=False))) == [1, 2, 8, 9]
+    assert sorted(d) == [1, 5, 8], d  # waiting (2, 9), foreground blocking (10-12) and cheap re-runs (14) are kept
+    assert "re-ran the finished job" in d[1] and "busy polling" in d[5] and "(step 3)" in d[8]
+    assert sorted(drops(t, "resource_waste", params=DetectorParams(flag_idle_sleep=True))) == [1, 2, 5, 8, 9]
+    assert sorted(drops(t, "resource_waste", params=DetectorParams(flag_reruns=False, flag_busy_polling=False))) == []
 
 
-def test_inefficient_inference_needs_vllm_in_the_environment():
+def test_inefficient_inference_by_what_runs():
     hf = run("python gen.py --backend hf --output output/x.jsonl")
     code = st(1, "create_file", {"path": "g.py", "content": "from transformers import AutoModelForCausalLM\nm.generate(x)"},
               "Created g.py")
     vl = run("python gen.py --backend vllm")
     echo = run("pip list | grep vllm", "$ pip list | grep vllm\n\n[finished, exit code 1]", 1)
-    assert drops(traj(hf, code, vl, echo), "inefficient_inference") == {}  # vllm only in the agent's own commands
-    t = traj(hf, code, vl, desc=DESC.replace("numpy.", "numpy, transformers and vLLM."))
-    assert sorted(drops(t, "inefficient_inference")) == [0, 1]
+    run_g = run("python g.py")
+    assert drops(traj(hf, code, vl, echo, run_g), "inefficient_inference") == {}  # vllm only in the agent's own commands
+    t = traj(hf, code, vl, run_g, desc=DESC.replace("numpy.", "numpy, transformers and vLLM."))
+    d = drops(t, "inefficient_inference")
+    assert sorted(d) == [0, 3], d  # writing g.py is not running it; running it is
+    assert "runs g.py" in d[3]
     listed = run("pip list | grep -i vllm", "$ pip list | grep -i vllm\nvllm 0.6.3\n\n[finished, exit code 0]")
     assert sorted(drops(traj(listed, hf), "inefficient_inference")) == [1]
 

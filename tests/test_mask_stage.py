@@ -12,8 +12,9 @@ from apollo.stages import mask as mask_stage
 from apollo.supervision.detectors import CATEGORIES
 from apollo.supervision.quality import DataQualityError, check_masks
 
-FIXTURE_TRAJS = "tests/fixtures/labeled_actions_trajectories.jsonl"
-PARAMS = {"mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.05, "max_kept_fraction": 1.0}}
+FIXTURE_TRAJS = "tests/fixtures/rule_cases_trajectories.jsonl"
+PARAMS = {"mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.05, "max_kept_fraction": 1.0,
+                   "labeled": "tests/fixtures/rule_cases.jsonl"}}
 
 
 class Tracker:
@@ -171,9 +172,9 @@ def test_stage_metrics_reach_the_mlflow_run(tmp_path, monkeypatch):
 def test_cli_report_and_explain(capsys):
     from apollo.cli import main
 
-    assert main(["mask", "report"]) == 0
+    assert main(["mask", "report", "--fixtures", "tests/fixtures/rule_cases.jsonl"]) == 0
     out = capsys.readouterr().out
-    assert "ignore_script" in out and "nonzero_exit_error" in out and "judge: off" in out
+    assert "ignore_script" in out and "nonzero_exit_error" in out and "judge: off" in out and "[0.93-1.00]" in out
     tid = "labeled-ld-blind-edit-early-eval"
     assert main(["mask", "explain", FIXTURE_TRAJS, tid, "--apply"]) == 0
     out = capsys.readouterr().out

@@ -123,6 +123,7 @@ def run_episode(
         started_at=time.time(),
         prefix_messages=initial_messages(task.description),
         meta=dict(meta or {}),
+        task_facts=task.facts() if hasattr(task, "facts") else None,  # what the mask detectors need
     )
     if guidance is not None:  # the prefix lets the annotator UI rebuild every context window exactly
         guidance.register(tid, task.task_id, meta={

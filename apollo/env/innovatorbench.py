@@ -64,7 +64,7 @@ from typing import Any
 
 import yaml
 
-from apollo.env.tasks import DOMAINS, SPLITS, TaskSpec
+from apollo.env.tasks import DOMAINS, SPLITS, TaskSpec, parse_compute_pool
 
 CONFIG_DIR = Path("research_gym") / "configs" / "tasks"
 DEFAULT_MAX_EVAL_NUM = 3  # ResearchGym's load_task_config_from_yaml default
@@ -111,7 +111,8 @@ def read_task_config(path: Path | str) -> dict[str, Any]:
             pool.append({"computer_type": str(item.get("computer_type", "cpu")).strip().lower(),
                          "computer_ip": str(item.get("computer_ip", "")),
                          "computer_port": int(item.get("computer_port", 0) or 0),
-                         "available": bool(item.get("available", True))})
+                         "available": bool(item.get("available", True)),
+                         **{k: item[k] for k in ("gpus", "cpus") if item.get(k) is not None}})
     return {
         "task_name": str(data.get("task_name") or path.stem),
         "max_working_time": float(data.get("max_working_time", 0) or 0),
@@ -224,6 +225,7 @@ def load_innovatorbench(
             eval_root=ev_root, eval_name=name,
             hint_path=hint if hint.is_file() else gym / "hint.md",
             eval_protocol="innovatorbench", extra=extra,
+            compute_pool=parse_compute_pool(cfg["computer_pool"], f"{path}: computer_pool"),
         ))
     return specs
 

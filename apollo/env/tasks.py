@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from apollo.schema import Machine, TaskFacts
 
 DOMAINS: tuple[str, ...] = (
     "data_construction",
@@ -27,6 +30,61 @@ DOMAINS: tuple[str, ...] = (
 )
 SPLITS: tuple[str, ...] = ("train", "test")
 SUITE_DIR = Path("data") / "suite"  # relative to the project root (apollo.config.project_root)
+# InnovatorBench's GPU servers are 8×80 GB (research_gym/configs/tasks/README.md); its computer_pool
+# names only the machine type, so a ``gpu`` machine without a ``gpus`` key counts as 8 GPUs.
+DEFAULT_GPUS_PER_GPU_MACHINE = 8
+_SCRIPT_PATH_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+
+
+def parse_compute_pool(value: Any, where: str = "computer_pool") -> tuple[Machine, ...]:
+    """A task's compute pool from ``"cpu"`` / ``"gpu"`` / ``"gpu:4"`` or InnovatorBench's list of
+    ``{computer_type, gpus?, cpus?, available?}`` (unavailable machines are left out)."""
+    if value is None or value == "":
+        return ()
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            kind, _, n = item.strip().lower().partition(":")
+            item = {"computer_type": kind, **({"gpus": n} if n else {})}
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where}[{i}]: expected a machine type or a mapping, got {item!r}")
+        if not item.get("available", True):
+            continue
+        kind = str(item.get("computer_type", item.get("kind", "cpu"))).strip().lower()
+        default_gpus = DEFAULT_GPUS_PER_GPU_MACHINE if kind == "gpu" else 0
+        try:
+            gpus = int(item.get("gpus", default_gpus))
+            cpus = int(item["cpus"]) if item.get("cpus") is not None else None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}[{i}]: gpus/cpus must be integers ({e})") from e
+        out.append(Machine(kind=kind, gpus=gpus, cpus=cpus))
+    return tuple(out)
+
+
+def section(description: str, name: str) -> str:
+    """The body of a ``## name`` section of a task description (``""`` when there is none)."""
+    m = re.search(rf"^#+\s*{name}\s*$(.*?)(?=^#+\s|\Z)", description, re.MULTILINE | re.DOTALL | re.IGNORECASE)
+    return m.group(1) if m else ""
+
+
+def provided_scripts(description: str, workspace: Path | None = None) -> dict[str, str]:
+    """The scripts a task provides → what its description says of each (``""``: nothing).
+
+    The inventory is the workspace's ``scripts/`` folder (``.py``/``.sh``) plus every script the
+    description's *Scripts* section documents; the text is the section line that documents it.
+    """
+    out: dict[str, str] = {}
+    for line in section(description, "Scripts").splitlines():
+        m = _SCRIPT_PATH_RE.search(line)  # the script a usage line documents (later mentions are references)
+        if m:
+            path = os.path.normpath(m.group(1))
+            out[path] = (out.get(path, "") + " " + line.strip()).strip()
+    if workspace is not None and (workspace / "scripts").is_dir():
+        for f in sorted((workspace / "scripts").rglob("*")):
+            if f.suffix in (".py", ".sh") and f.is_file() and "__pycache__" not in f.parts:
+                out.setdefault(f.relative_to(workspace).as_posix(), "")
+    return out
 
 
 def default_suite_root() -> Path:
@@ -59,7 +117,8 @@ class TaskSpec:
     (``"mini"``: the evaluation is loaded from its file and gets ``eval_workspace =
     evaluations/<task>``; ``"innovatorbench"``: it is imported as the package
     ``evaluations.<task>.task.evaluation`` and gets ``eval_workspace = evaluations``, as
-    ResearchGym does). ``extra`` carries source metadata (computer pool, conda env, ...).
+    ResearchGym does). ``extra`` carries source metadata (conda env, ...); ``compute_pool`` the
+    machines the task may use (``task.yaml``/InnovatorBench ``computer_pool``, :func:`parse_compute_pool`).
     """
 
     task_id: str
@@ -77,6 +136,15 @@ class TaskSpec:
     eval_protocol: str = "mini"
     view_hint: bool = False  # the hint tool answers only when on (off in InnovatorBench's main evaluation)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    compute_pool: tuple[Machine, ...] = field(default=(), compare=False, hash=False)
+
+    def facts(self) -> TaskFacts:
+        """The task facts a trajectory record carries (compute pool, provided scripts, eval budget)."""
+        try:
+            scripts = provided_scripts(self.description, self.workspace_template)
+        except OSError:
+            scripts = {}
+        return TaskFacts(compute_pool=list(self.compute_pool), scripts=scripts, max_evals=self.max_evals)
 
     @property
     def description(self) -> str:
@@ -117,6 +185,7 @@ def _load_spec(task_dir: Path, view_hint: bool = False) -> TaskSpec:
         max_steps=int(meta.get("max_steps", 30)),
         max_wall_s=float(meta.get("max_working_time", 600.0)),
         view_hint=view_hint,
+        compute_pool=parse_compute_pool(meta.get("computer_pool"), f"{meta_path}: computer_pool"),
     )
 
 

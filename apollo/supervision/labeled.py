@@ -1,14 +1,19 @@
-"""The hand-labeled action set and the per-category precision/recall report.
+"""Labeled actions and the per-category precision/recall report, with 95% intervals.
 
-Files (see :mod:`apollo.supervision.labelgen`): ``labeled_actions_trajectories.jsonl`` holds plain
-trajectory records; ``labeled_actions.jsonl`` one row per action::
+Two label sets, two formats (one loader):
 
-    {"trajectory_id": "...", "step": 3, "keep": false, "categories": ["blind_edit"],
-     "rule": null, "note": "config.json never opened"}
+* **The blind set** (``tests/fixtures/blind/``: ``rollouts.jsonl``, ``labels.jsonl``,
+  ``split.json``, ``PROTOCOL.md``): real base-policy guided rollouts of the pipeline, labeled from
+  the trajectories and task descriptions alone by a labeler who never saw the detectors' code or
+  output. One row per action::
 
-``categories`` lists every unreliable-action category a careful reviewer sees in the action (an
-action can be both an improper eval and a refused call); ``rule`` names the symbolic rule that
-should decide it, if any.
+      {"trajectory_id": "...", "step_index": 3, "label": "drop", "category": "blind_edit", "reason": "..."}
+
+  ``split.json`` (``{"dev": [ids], "test": [ids]}``) says which trajectories may be used to tune
+  the rules (dev) and which only to measure them (test). This is what measures masking quality.
+* **The rule regression cases** (``tests/fixtures/rule_cases*.jsonl``, made by
+  :mod:`apollo.supervision.labelgen` next to the detectors): each rule's specification, one row
+  per action ``{"trajectory_id", "step", "keep", "categories": [...], "rule", "note"}``.
 
 The report scores every source independently, before precedence: for a category, a step is
 predicted positive when any source (symbolic rule, detector, judge) drops it with that category;
@@ -19,15 +24,19 @@ rule that matches (the one that decides). The combined keep/drop decision is sco
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from apollo.schema import Trajectory, read_trajectories
 from apollo.supervision.detectors import CATEGORIES
 
-DEFAULT_LABELS = "tests/fixtures/labeled_actions.jsonl"
-JUDGE_ONLY = ("violate_instruction",)
+DEFAULT_LABELS = "tests/fixtures/blind/labels.jsonl"
+RULE_CASES = "tests/fixtures/rule_cases.jsonl"
+JUDGE_ONLY: tuple[str, ...] = ()  # categories no rule decides (every category has a rule part now)
 
 
 class LabeledSetError(ValueError):
@@ -46,8 +55,39 @@ class LabeledAction:
 
 
 def trajectories_path(labels_path: str | Path) -> Path:
+    """``<stem>_trajectories.jsonl`` beside the labels, or ``rollouts.jsonl`` (the blind set's layout)."""
     p = Path(labels_path)
-    return p.with_name(p.stem + "_trajectories" + p.suffix)
+    beside = p.with_name(p.stem + "_trajectories" + p.suffix)
+    rollouts = p.with_name("rollouts.jsonl")
+    return rollouts if not beside.exists() and rollouts.exists() else beside
+
+
+def load_split(labels_path: str | Path) -> dict[str, list[str]]:
+    """``split.json`` beside the labels (``{}`` when there is none); raises naming the file."""
+    p = Path(labels_path).with_name("split.json")
+    if not p.is_file():
+        return {}
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise LabeledSetError(f"{p}: invalid JSON: {e.msg}") from e
+    if not isinstance(d, dict) or not all(isinstance(v, list) for v in d.values()):
+        raise LabeledSetError(f"{p}: expected {{split name: [trajectory ids]}}")
+    return {str(k): [str(x) for x in v] for k, v in d.items()}
+
+
+def _row(r: dict[str, Any], where: str) -> tuple[Any, bool, tuple[str, ...]]:
+    """(step, keep, categories) of a label row in either format."""
+    if "label" in r:  # blind-set format
+        lab = r.get("label")
+        if lab not in ("keep", "drop"):
+            raise LabeledSetError(f"{where}: 'label' must be keep or drop, got {lab!r}")
+        cat = r.get("category")
+        cats = tuple(c for c in ([cat] if isinstance(cat, str) else (cat or [])) if c)
+        return r.get("step_index", r.get("step")), lab == "keep", cats
+    if not isinstance(r.get("keep"), bool):
+        raise LabeledSetError(f"{where}: 'keep' must be true or false")
+    return r.get("step"), r["keep"], tuple(r.get("categories") or ())
 
 
 def load_labeled(labels_path: str | Path, trajectories: str | Path | None = None
@@ -69,16 +109,13 @@ def load_labeled(labels_path: str | Path, trajectories: str | Path | None = None
             t = trajs.get(r.get("trajectory_id"))
             if t is None:
                 raise LabeledSetError(f"{where}: trajectory {r.get('trajectory_id')!r} is not in {tp}")
-            step = r.get("step")
+            step, keep, cats = _row(r, where)
             if not isinstance(step, int) or not 0 <= step < len(t.steps):
                 raise LabeledSetError(f"{where}: step {step!r} is not a step of {t.trajectory_id}")
-            cats = tuple(r.get("categories") or ())
-            if not isinstance(r.get("keep"), bool):
-                raise LabeledSetError(f"{where}: 'keep' must be true or false")
-            if r["keep"] == bool(cats):
+            if keep == bool(cats):
                 raise LabeledSetError(f"{where}: a drop needs categories and a keep has none")
-            labels.append(LabeledAction(t.trajectory_id, step, r["keep"], cats, r.get("rule"), r.get("note", ""),
-                                        r.get("tool")))
+            labels.append(LabeledAction(t.trajectory_id, step, keep, cats, r.get("rule"),
+                                        r.get("note", r.get("reason", "")), r.get("tool")))
     return labels, trajs
 
 
@@ -104,10 +141,31 @@ class Score:
     def recall(self) -> float | None:
         return self.tp / self.support if self.support else None
 
+    @property
+    def precision_ci(self) -> tuple[float, float] | None:
+        return wilson(self.tp, self.tp + self.fp)
+
+    @property
+    def recall_ci(self) -> tuple[float, float] | None:
+        return wilson(self.tp, self.support)
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "mode": self.mode, "tp": self.tp, "fp": self.fp, "fn": self.fn, "tn": self.tn,
                 "support": self.support, "precision": self.precision, "recall": self.recall,
+                "precision_ci95": self.precision_ci, "recall_ci95": self.recall_ci,
                 "false_positives": self.examples["fp"], "false_negatives": self.examples["fn"]}
+
+
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval for a proportion k/n (None when n = 0)."""
+    if n <= 0:
+        return None
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (0.0 if k == 0 else max(0.0, mid - half)), (1.0 if k == n else min(1.0, mid + half))
 
 
 @dataclass
@@ -118,9 +176,11 @@ class LabeledReport:
     rules: list[Score]
     decision: Score  # "drop" as the positive class, combined decision
     judge: str
+    title: str = ""
+    has_rule_labels: bool = True  # the rule cases name the deciding symbolic rule; the blind set does not
 
     def to_json(self) -> dict[str, Any]:
-        return {"n_actions": self.n_actions, "n_trajectories": self.n_trajectories, "judge": self.judge,
+        return {"title": self.title, "n_actions": self.n_actions, "n_trajectories": self.n_trajectories, "judge": self.judge,
                 "categories": [s.to_json() for s in self.categories], "rules": [s.to_json() for s in self.rules],
                 "decision": self.decision.to_json()}
 
@@ -132,33 +192,50 @@ class LabeledReport:
             m[f"{base}.support"] = s.support
             if s.precision is not None:
                 m[f"{base}.precision"] = s.precision
+                m[f"{base}.precision_lo95"], m[f"{base}.precision_hi95"] = s.precision_ci  # type: ignore[misc]
             if s.recall is not None:
                 m[f"{base}.recall"] = s.recall
+                m[f"{base}.recall_lo95"], m[f"{base}.recall_hi95"] = s.recall_ci  # type: ignore[misc]
         return m
 
-    def table(self) -> str:
-        def fmt(v: float | None) -> str:
-            return "  -  " if v is None else f"{v:5.2f}"
+    def table(self, errors: bool = True) -> str:
+        def fmt(v: float | None, ci: tuple[float, float] | None) -> str:
+            return f"{'-':>5} {'':>11}" if v is None or ci is None else f"{v:5.2f} [{ci[0]:.2f}-{ci[1]:.2f}]"
 
         def rows(title: str, scores: list[Score]) -> list[str]:
             w = max(14, *(len(s.mode) for s in scores))
-            out = [f"{title:<24} {'mode':<{w}} {'support':>7} {'TP':>4} {'FP':>4} {'FN':>4} {'prec':>6} {'recall':>6}"]
+            out = [f"{title:<24} {'mode':<{w}} {'support':>7} {'TP':>4} {'FP':>4} {'FN':>4} "
+                   f"{'precision [95% CI]':>19} {'recall [95% CI]':>19}"]
             for s in scores:
                 out.append(f"{s.name:<24} {s.mode:<{w}} {s.support:>7} {s.tp:>4} {s.fp:>4} {s.fn:>4} "
-                           f"{fmt(s.precision):>6} {fmt(s.recall):>6}")
+                           f"{fmt(s.precision, s.precision_ci):>19} {fmt(s.recall, s.recall_ci):>19}")
             return out
 
-        lines = [f"labeled actions: {self.n_actions} in {self.n_trajectories} trajectories; judge: {self.judge}", ""]
-        lines += rows("category", self.categories) + [""] + rows("symbolic rule", self.rules) + [""]
+        head = f"{self.title}: " if self.title else ""
+        lines = [f"{head}labeled actions: {self.n_actions} in {self.n_trajectories} trajectories; judge: {self.judge}"
+                 " (95% intervals: Wilson)", ""]
+        lines += rows("category", self.categories) + [""]
+        if self.has_rule_labels:
+            lines += rows("symbolic rule", self.rules) + [""]
         lines += rows("decision", [self.decision])
-        misses = [(s.name, k, ex) for s in [*self.categories, *self.rules] for k in ("fp", "fn") for ex in s.examples[k]]
+        if not errors:
+            return "\n".join(lines)
+        scored = [*self.categories, *(self.rules if self.has_rule_labels else [])]
+        misses = [(s.name, k, ex) for s in scored for k in ("fp", "fn") for ex in s.examples[k]]
         if misses:
             lines += ["", "errors:"] + [f"  {k.upper()} {name}: {ex}" for name, k, ex in misses]
         return "\n".join(lines)
 
 
-def evaluate_labeled(masker: Any, labels: list[LabeledAction], trajs: dict[str, Trajectory]) -> LabeledReport:
-    """Score a :class:`~apollo.supervision.masker.Masker` on the labeled set (every source, see above)."""
+def evaluate_labeled(masker: Any, labels: list[LabeledAction], trajs: dict[str, Trajectory],
+                     only: Iterable[str] | None = None, title: str = "") -> LabeledReport:
+    """Score a :class:`~apollo.supervision.masker.Masker` on the labeled set (every source, see above).
+
+    ``only``: trajectory ids to score (a split); default every labeled trajectory.
+    """
+    if only is not None:
+        keep_ids = set(only)
+        labels = [lab for lab in labels if lab.trajectory_id in keep_ids]
     used = sorted({lab.trajectory_id for lab in labels})
     order = [trajs[t] for t in used]
     analysis = dict(zip(used, masker.analyze(order, ask_dropped=True)))
@@ -173,7 +250,7 @@ def evaluate_labeled(masker: Any, labels: list[LabeledAction], trajs: dict[str, 
             return "judge (off)" if c in JUDGE_ONLY else "off"
         return "+".join(parts)
 
-    names = list(dict.fromkeys([*CATEGORIES, *sorted(sym_cats)]))
+    names = list(dict.fromkeys([*CATEGORIES, *sorted(sym_cats), *sorted({c for lab in labels for c in lab.categories})]))
     cats = {c: Score(c, mode(c)) for c in names}
     rules = {r.id: Score(r.id, f"-> {r.category}") for r in masker.rules.rules}
     decision = Score("drop", "combined")
@@ -190,7 +267,8 @@ def evaluate_labeled(masker: Any, labels: list[LabeledAction], trajs: dict[str, 
         dec = masker.decide(findings)
         _tally(decision, not dec.keep, not lab.keep, where, findings, None)
     return LabeledReport(len(labels), len(used), list(cats.values()), list(rules.values()), decision,
-                         masker.cfg.judge.model_id if judge_on else "off")
+                         masker.cfg.judge.model_id if judge_on else "off", title,
+                         any(lab.rule for lab in labels))
 
 
 def _tally(s: Score, predicted: bool, actual: bool, where: str, findings: list[Any], category: str | None) -> None:

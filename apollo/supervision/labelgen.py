@@ -1,18 +1,21 @@
-"""Regenerate the hand-labeled action set (``tests/fixtures/labeled_actions*.jsonl``).
+"""Regenerate the rule regression cases (``tests/fixtures/rule_cases*.jsonl``).
+
+These are constructed cases with the label each rule is specified to give — a regression suite of
+the detectors' definitions, written next to the detectors. They are **not** a measure of masking
+quality: that is the blind labeled set (``tests/fixtures/blind/``, see its ``PROTOCOL.md``).
 
 Each scenario below is a trajectory shaped like the scripted agent's (same plan steps, thoughts
 and mistake kinds as :mod:`apollo.env.scripted`, plus the kinds a real LLM agent adds: vLLM
 ignored, forbidden edits, wasted waits). The actions are executed in a real
 :class:`~apollo.env.workspace.Workspace`, so every observation, exit code, refusal and eval score
-is what the tools produce. The **labels are written by hand** next to each action (``K`` keep,
-``D(categories…, rule=…)`` drop) — they say what a careful reviewer decides, not what the
-detectors say; ``expect`` strings assert that the run produced the situation the label assumes
+is what the tools produce. The labels are written next to each action (``K`` keep,
+``D(categories…, rule=…)`` drop) and state the rules' specification; ``expect`` strings assert that the run produced the situation the label assumes
 (e.g. the job really was still running).
 
     python -m apollo.supervision.labelgen [--out tests/fixtures]
 
-writes ``labeled_actions_trajectories.jsonl`` (plain trajectory records: ``apollo mask explain``
-reads them) and ``labeled_actions.jsonl`` (one row per action: trajectory id, step, keep,
+writes ``rule_cases_trajectories.jsonl`` (plain trajectory records: ``apollo mask explain``
+reads them) and ``rule_cases.jsonl`` (one row per action: trajectory id, step, keep,
 categories, symbolic rule id, note).
 """
 
@@ -92,33 +95,30 @@ class Scripted:
     noise: float = 0.4
 
 
-class _Annotator:
-    """An in-process guidance channel: the simulated annotator's rule, checked after every step."""
+class _AnnotatedStore:
+    """The guidance store with the simulated annotator (:mod:`apollo.guidance.annotator`) run
+    synchronously after every step, so that a regenerated episode is deterministic. The store and
+    the annotator's decision are the pipeline's own; only the polling process is replaced by a
+    call per step."""
 
-    def __init__(self, task: Any):
-        self.task = task
-        self.history: list[tuple[str, dict[str, Any], str]] = []
-        self.sent: list[str] = []
-        self.pending: list[Guidance] = []
+    def __init__(self, store_path: Path, suite_root: Path | None = None):
+        from apollo.guidance.annotator import AnnotatorConfig
+        from apollo.guidance.store import GuidanceStore
 
-    def register(self, trajectory_id: str, task_id: str, **_: Any) -> None: ...
+        self.store = GuidanceStore(store_path)
+        self.cfg = AnnotatorConfig(delay_s=0.0)
+        self.state: dict[str, dict[str, Any]] = {}
+        self.suite_root = suite_root
 
-    def end(self, trajectory_id: str, status: str = "finished", **_: Any) -> None: ...
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
-    def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
-                  observation: str, **_: Any) -> None:
-        from apollo.env.scripted import check_deviation
+    def post_step(self, trajectory_id: str, step_index: int, *args: Any, **kw: Any) -> Any:
+        from apollo.guidance.annotator import annotate_once
 
-        self.history.append((tool or "", arguments, observation))
-        g = check_deviation(self.task, self.history)
-        if g is not None and g not in self.sent:
-            self.sent.append(g)
-            self.pending.append(Guidance(guidance_id=f"g{step_index + 1}", text=g, created_at=time.time()))
-
-    def take_pending(self, trajectory_id: str, step_index: int) -> list[Guidance]:
-        out, self.pending = self.pending, []
-        now = time.time()
-        return [g.model_copy(update={"delivered_at": now, "delivered_step": step_index}) for g in out]
+        out = self.store.post_step(trajectory_id, step_index, *args, **kw)
+        annotate_once(self.store, self.cfg, self.state, self.suite_root)
+        return out
 
 
 def run_scripted(scn: Scripted, task: Any, root: Path) -> tuple[Trajectory, list[dict[str, Any]]]:
@@ -126,7 +126,8 @@ def run_scripted(scn: Scripted, task: Any, root: Path) -> tuple[Trajectory, list
     from apollo.engines.scripted import ScriptedEngine
 
     engine = ScriptedEngine(task, noise=scn.noise, seed=scn.seed)
-    traj = run_episode(task, engine, guidance=_Annotator(task), config=AgentConfig(max_steps=task.max_steps),
+    channel = _AnnotatedStore(root / f"{scn.id}-guidance.sqlite")
+    traj = run_episode(task, engine, guidance=channel, config=AgentConfig(max_steps=task.max_steps),
                        seed=scn.seed, trajectory_id=f"labeled-{scn.id}", workspace_root=root,
                        meta={"labeled": True, "scenario": scn.id})
     traj.meta["mistakes"] = list(engine.agent.mistakes)
@@ -310,9 +311,9 @@ SCENARIOS: list[Scenario] = [
         A("Use the flag names I remember.", "run_command", {"command": "python scripts/run_scaffold.py --cfg scaffold.json"},
           D("runtime_error", rule="nonzero_exit_error"), expect="unrecognized arguments"),
         A("Stop any stale scaffold run.", "run_command", {"command": "pkill -f run_scaffold"},
-          D("refused_tool_call", rule="refused_tool_call"), expect="Refused"),
+          D("explicit_failure", rule="refused_tool_call"), expect="Refused"),
         A("Check the OS version.", "open_file", {"path": "/etc/os-release"},
-          D("refused_tool_call", rule="refused_tool_call"), expect="Refused"),
+          D("explicit_failure", rule="refused_tool_call"), expect="Refused"),
         A("Look at the dev questions.", "open_file", {"path": "data/dev.jsonl", "line_start": 1, "line_end": 12}, K),
         A("Read the current scaffold config.", "open_file", {"path": "scaffold.json"}, K),
         A("Route each kind to its tool; verify and retry flaky tools.", "edit_file",
@@ -338,7 +339,7 @@ SCENARIOS: list[Scenario] = [
         A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
         A("The stronger noise hurt; go back to ratio 1.0 and noise 0.3.", "run_command", {"command": AUGMENT}, K),
         A("Evaluate the result.", "eval", {}, K, expect="overall_score"),
-        A("Evaluate once more.", "eval", {}, D("improper_eval", "refused_tool_call", rule="refused_tool_call",
+        A("Evaluate once more.", "eval", {}, D("improper_eval", "explicit_failure", rule="refused_tool_call",
                                                 note="budget exhausted, nothing changed"), expect="budget exhausted"),
         A("The task is done.", "finish", {}, K),
     ]),
@@ -351,8 +352,7 @@ SCENARIOS: list[Scenario] = [
           {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False}, K),
         A("Wait for training to finish.", "sleep", {"seconds": 7}, K),
         A("Check whether training finished.", "check_session_idle", {"session_id": "train"}, K, expect="is idle"),
-        A("Wait a bit more to be safe.", "sleep", {"seconds": 5},
-          D("resource_waste", note="job already seen finished: idle wait")),
+        A("Wait a bit more to be safe.", "sleep", {"seconds": 5}, K),  # waiting is not compute use
         A("Read the training log.", "get_session_output", {"session_id": "train"}, K, expect="exit code 0"),
         A("Train again to confirm the numbers.", "run_command",
           {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False},
@@ -367,8 +367,7 @@ SCENARIOS: list[Scenario] = [
         A("Read the training config.", "open_file", {"path": "config.json"}, K),
         A("Sparse reward learns little; add trap penalty, step cost, shaping.", "edit_file",
           {"path": "reward.py", "start_line": 7, "end_line": 10, "content": REWARD}, K),
-        A("Train the agent.", "run_command", {"command": RD_TRAIN},
-          D("resource_waste", note="6 s job run in the foreground (3 s wait)"), expect="still running in background session"),
+        A("Train the agent.", "run_command", {"command": RD_TRAIN}, K, expect="still running in background session"),
         A("Check whether training finished.", "check_session_idle", {"session_id": "default"}, K, expect="is busy"),
         A("Check again.", "check_session_idle", {"session_id": "default"},
           D("resource_waste", note="busy polling without waiting"), expect="is busy"),
@@ -416,7 +415,11 @@ SCENARIOS: list[Scenario] = [
         G("Use --backend vllm; it batches the prompts and is much faster than transformers generate."),
         A("Generate with vLLM as advised.", "run_command", {"command": GEN + " --backend vllm"}, K, expect="backend=vllm"),
         A("Write my own script for extra answers.", "create_file", {"path": "gen_extra.py", "content": HF_CODE},
-          D("inefficient_inference", "violate_instruction", note="HF generate loop after 'use vllm'")),
+          K, expect="Created"),  # writing code is not running it
+        A("Generate the extra answers.", "run_command", {"command": "python gen_extra.py"},
+          D("inefficient_inference", "violate_instruction", "runtime_error", rule="runtime_error",
+            note="runs an HF generate loop after 'use vllm' (transformers is missing in the sandbox)"),
+          expect="Traceback"),
         A("Count the generated answers.", "run_command", {"command": "wc -l output/sft.jsonl"}, K),
         A("Look at the first answers.", "open_file", {"path": "output/sft.jsonl", "line_start": 1, "line_end": 3}, K),
         A("The task is done.", "finish", {}, K),
@@ -541,7 +544,6 @@ SCRIPTED: list[Scripted] = [
              ["open_file", "open_file", "run_command", "edit_file", "open_file", "run_command", "sleep",
               "check_session_idle", "get_session_output", _EV, _EV, _FIN],
              {0: D("invalid_action", rule="invalid_tool_call"),
-              2: D("resource_waste", note="training in the foreground; the task says run it in the background"),
               3: D("blind_edit", note="config.json not opened"), 10: D("improper_eval", note="eval twice")}),
     Scripted("scripted-rd-02-s8", "rd-train-02", 8,
              ["open_file", _EV, "edit_file", "open_file", "run_command", "sleep", "check_session_idle", "read_output",
@@ -573,7 +575,8 @@ def run_scenario(scn: Scenario, task: Any, root: Path) -> tuple[Trajectory, list
 
     traj = Trajectory(trajectory_id=_traj_id(scn), task_id=task.task_id, split="train", domain=task.domain,
                       policy_id="scripted-noise", engine="scripted", started_at=time.time(),
-                      prefix_messages=initial_messages(task.description), meta={"labeled": True, "scenario": scn.id})
+                      prefix_messages=initial_messages(task.description), meta={"labeled": True, "scenario": scn.id},
+                      task_facts=task.facts())
     labels: list[dict[str, Any]] = []
     pending: list[Guidance] = []
     kw = {"command_timeout_s": 20.0, "max_output_chars": 1500, **scn.workspace}
@@ -639,7 +642,7 @@ def generate(out_dir: Path, only: list[str] | None = None) -> tuple[Path, Path]:
             trajs.append(t)
             labels.extend(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tp, lp = out_dir / "labeled_actions_trajectories.jsonl", out_dir / "labeled_actions.jsonl"
+    tp, lp = out_dir / "rule_cases_trajectories.jsonl", out_dir / "rule_cases.jsonl"
     atomic_write_text(tp, "".join(t.model_dump_json() + "\n" for t in trajs))
     atomic_write_text(lp, "".join(json.dumps(r) + "\n" for r in labels))
     return tp, lp

@@ -35,12 +35,20 @@ from apollo.supervision.detectors import (
     TaskInfo,
     get_detectors,
 )
+from apollo.supervision.facts import load_task_infos
 from apollo.supervision.judge import Judge, JudgeConfig, JudgeRequest, candidates, judged_categories
-from apollo.supervision.symbolic import RuleSet, _evidence, background_failures
+from apollo.supervision.symbolic import RuleSet, _evidence, background_failures, log_views
 
 log = logging.getLogger(__name__)
 
 SOURCE_ORDER = {"symbolic": 0, "rule": 1, "llm": 2}
+
+
+class UnknownTaskError(KeyError):
+    """A trajectory whose task is neither in its record, nor in the given task infos, nor in the suite."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown task"
 
 
 @dataclass
@@ -50,6 +58,7 @@ class MaskConfig:
     detector_params: DetectorParams = field(default_factory=DetectorParams)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     use_reference_plan: bool = False  # let detectors read the hidden reference plan of suite tasks
+    tasks: str | None = None  # task infos for tasks outside the suite (facts.load_task_infos); None: the suite
 
     @classmethod
     def from_params(cls, p: dict[str, Any] | None) -> MaskConfig:
@@ -63,6 +72,7 @@ class MaskConfig:
             detector_params=DetectorParams.from_dict(p.get("detector_params")),
             judge=JudgeConfig.from_dict(p.get("judge")),
             use_reference_plan=bool(p.get("use_reference_plan", False)),
+            tasks=p.get("tasks") or None,
         )
 
 
@@ -92,7 +102,8 @@ class Masker:
 
     def __init__(self, cfg: MaskConfig | None = None, *, root: Path | None = None,
                  cache_path: str | Path | None = None, judge: Judge | None = None,
-                 task_infos: dict[str, TaskInfo] | None = None, load_tasks: bool = True):
+                 task_infos: dict[str, TaskInfo] | None = None, load_tasks: bool = True,
+                 suite_root: str | Path | None = None):
         from apollo.config import project_root
 
         self.cfg = cfg or MaskConfig()
@@ -109,23 +120,47 @@ class Masker:
             if cache is None and self.cfg.judge.cache:
                 cache = root / self.cfg.judge.cache
             self.judge = Judge(self.cfg.judge, cache)
+        if task_infos is None and self.cfg.tasks:
+            src = Path(self.cfg.tasks)
+            task_infos = load_task_infos(src if src.is_absolute() else root / src,
+                                         with_plan=self.cfg.use_reference_plan)
         self._tasks: dict[str, TaskInfo] = dict(task_infos or {})
+        self._given = bool(task_infos)
         self._load_tasks = load_tasks
+        self._suite_root = suite_root
 
     # -- task info --------------------------------------------------------------------------------
     def task_info(self, traj: Trajectory) -> TaskInfo:
-        tid = traj.task_id
-        if tid not in self._tasks:
-            info = TaskInfo(task_id=tid)
-            if self._load_tasks:
-                try:
-                    from apollo.env.tasks import load_task
+        """The task facts for a trajectory: its own record's ``task_facts``, else ``task_infos``, else the suite.
 
-                    info = TaskInfo.from_task(load_task(tid), with_plan=self.cfg.use_reference_plan)
-                except (KeyError, OSError, ValueError):
-                    pass  # a task outside the suite: the trajectory alone
-            self._tasks[tid] = info
-        return self._tasks[tid]
+        An id found nowhere is an error (:class:`UnknownTaskError`), never a silent fallback: with
+        ``task_infos`` given, the suite is not consulted for other ids either, so a task from
+        outside the mini suite is never confused with a suite task of the same id.
+        ``load_tasks=False`` (and no ``task_infos``) means "the trajectory alone".
+        """
+        tid = traj.task_id
+        if traj.task_facts is not None:
+            base = self._tasks.get(tid)
+            return TaskInfo.from_facts(traj.task_facts, tid, base.description if base else None)
+        if tid in self._tasks:
+            return self._tasks[tid]
+        if self._given or not self._load_tasks:
+            if self._given:
+                raise UnknownTaskError(f"trajectory {traj.trajectory_id}: task {tid!r} is not in the given task infos "
+                                       f"({len(self._tasks)} tasks, e.g. {sorted(self._tasks)[:5]}) and the record "
+                                       "carries no task_facts")
+            info = TaskInfo(task_id=tid)
+        else:
+            from apollo.env.tasks import load_task
+
+            try:
+                info = TaskInfo.from_task(load_task(tid, suite_root=self._suite_root),
+                                          with_plan=self.cfg.use_reference_plan)
+            except KeyError as e:
+                raise UnknownTaskError(f"trajectory {traj.trajectory_id}: {e.args[0]}; the record carries no "
+                                       "task_facts: pass its task infos (mask.tasks / apollo mask --tasks)") from None
+        self._tasks[tid] = info
+        return info
 
     @property
     def categories(self) -> list[str]:
@@ -137,8 +172,11 @@ class Masker:
         """Symbolic and detector findings per step (no judge)."""
         per_step: list[list[Finding]] = [[] for _ in traj.steps]
         tid, dom = traj.task_id, traj.domain
+        views = log_views(traj)  # reading a job's log: its failure is the job's, not the read's
         for s in traj.steps:
             hit = self.rules.first_match(s, tid, dom)
+            if hit is not None and s.index in views and hit[0].when == "pattern":
+                hit = None
             if hit is not None:
                 rule, ev = hit
                 per_step[s.index].append(Finding(s.index, rule.category, "symbolic", False,

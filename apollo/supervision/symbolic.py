@@ -237,25 +237,73 @@ class RuleSet:
 _SESSION_TOOLS = ("get_session_output", "check_session_idle")
 
 
+def _sid(args: dict[str, Any]) -> str:
+    sid = args.get("session_id", "default")
+    return sid if isinstance(sid, str) and sid else "default"
+
+
+def log_views(traj: Any) -> dict[int, int]:
+    """Steps that read the log of an earlier job → the step that launched the job.
+
+    A command run with its output redirected to a file (``python train.py > train.log 2>&1``, in
+    the foreground or the background) shows its outcome only when the agent reads that file
+    (``tail train.log``, ``cat``, ``open_file``). A read that succeeded (exit 0) shows the job's
+    output, not a failure of the read.
+    """
+    from apollo.supervision.facts import TOKEN_SPLIT_RE, VIEW_CMD_RE, WRITE_CMD_RE, norm_path, redirect_targets
+
+    logs: dict[str, int] = {}
+    out: dict[int, int] = {}
+    for s in traj.steps:
+        a = s.action
+        if not a.valid or s.observation.refused:
+            continue
+        args = a.arguments if isinstance(a.arguments, dict) else {}
+        if a.tool == "open_file":
+            p = norm_path(args.get("path")) if logs else ""
+            if p in logs and not s.observation.error:
+                out[s.index] = logs[p]
+            continue
+        cmd = args.get("command") if a.tool == "run_command" else None
+        if not isinstance(cmd, str) or not cmd:
+            continue
+        if logs and VIEW_CMD_RE.search(cmd) and not WRITE_CMD_RE.search(cmd) and not s.observation.exit_code:
+            seen = [logs[t] for t in map(norm_path, TOKEN_SPLIT_RE.split(cmd)) if t in logs]
+            if seen:
+                out[s.index] = max(seen)
+                continue
+        for p in redirect_targets(cmd):
+            logs[p] = s.index
+    return out
+
+
 def background_failures(traj: Any, rules: RuleSet, task_id: str | None = None,
                         domain: str | None = None) -> list[tuple[int, Rule, str, int]]:
-    """Failures of background jobs, attributed to the step that started them.
+    """Failures of background or redirected jobs, attributed to the step that started them.
 
     A ``run_command`` that returned while its command kept running (``wait_for_completion=false``
     or past the wait) shows its outcome only later, in ``get_session_output`` /
-    ``check_session_idle``. Those observations are matched with the pattern rules as if they were
-    the starting command's output; each failing start is reported once:
+    ``check_session_idle``; a command whose output went to a log file shows it when the log is read
+    (:func:`log_views`). Those observations are matched with the pattern rules as if they were the
+    starting command's output; each failing start is reported once:
     ``[(start_step, rule, evidence, seen_at_step)]``. The log-reading steps themselves stay kept.
     """
+    views = log_views(traj)
     started: dict[str, int] = {}  # session → step of the background command
     out: dict[int, tuple[int, Rule, str, int]] = {}
     for s in traj.steps:
         a = s.action
+        if s.index in views:
+            start = views[s.index]
+            if start not in out:
+                hit = rules.first_match(s, task_id, domain, tool="run_command")
+                if hit is not None and hit[0].when == "pattern":
+                    out[start] = (start, hit[0], hit[1], s.index)
+            continue
         if a.tool != "run_command" and a.tool not in _SESSION_TOOLS:
             continue
         args = a.arguments if isinstance(a.arguments, dict) else {}
-        sid = args.get("session_id", "default")
-        sid = sid if isinstance(sid, str) and sid else "default"
+        sid = _sid(args)
         text = s.observation.text
         if a.tool == "run_command" and a.valid and not s.observation.refused and not text.startswith("Error:"):
             wait = args.get("wait_for_completion", True)

@@ -1,0 +1,482 @@
+"""What the detectors know: the task (:class:`TaskInfo`) and per-trajectory facts (:class:`Facts`).
+
+:class:`TaskInfo` comes, in this order, from the trajectory record's own ``task_facts`` (filled
+at rollout time), from ``Masker(task_infos=…)``, or from the task suite; it carries the task
+description, the compute pool, the provided scripts (with what the description says of them) and
+the eval budget. :class:`Facts` derives, once per trajectory and lazily, what several detectors
+share: which steps change what the evaluation sees, which jobs are still running before each step
+(completion seen in the session state, in a log the job writes, or in its output files; a
+persistent server is no job), which files the agent has seen, how many GPUs a command uses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
+
+from apollo.env.tasks import section
+from apollo.schema import Machine, TaskFacts, Trajectory
+
+
+@dataclass
+class TaskInfo:
+    """What the detectors may know about the task beyond the trajectory (all optional)."""
+
+    task_id: str | None = None
+    description: str | None = None  # default: the trajectory's task message
+    plan: list[dict[str, Any]] | None = None  # hidden reference plan (mini suite), if allowed
+    max_evals: int | None = None
+    vllm_available: bool | None = None  # None: read the description and the observations
+    tools: frozenset[str] | None = None  # the tool set; default: the ResearchGym tools
+    compute_pool: list[Machine] | None = None  # None: unknown (read GPU counts from the description)
+    scripts: dict[str, str] | None = None  # provided script → what the description says of it
+
+    @classmethod
+    def from_task(cls, task: Any, *, with_plan: bool = False) -> TaskInfo:
+        plan = None
+        if with_plan:
+            try:
+                from apollo.env.tasks import reference_plan
+
+                plan = reference_plan(task)
+            except (OSError, ValueError):
+                plan = None
+        try:
+            desc = task.description
+        except OSError:
+            desc = None
+        facts = task.facts() if hasattr(task, "facts") else None
+        info = cls.from_facts(facts, task_id=task.task_id) if facts is not None else cls(task_id=task.task_id)
+        info.description, info.plan = desc, plan
+        info.max_evals = task.max_evals
+        return info
+
+    @classmethod
+    def from_facts(cls, facts: TaskFacts, task_id: str | None = None, description: str | None = None) -> TaskInfo:
+        return cls(task_id=task_id, description=description, max_evals=facts.max_evals,
+                   compute_pool=list(facts.compute_pool) if facts.compute_pool else None,
+                   scripts=dict(facts.scripts) if facts.scripts else None)
+
+
+def load_task_infos(source: str | Path, *, with_plan: bool = False) -> dict[str, TaskInfo]:
+    """Task infos from a suite root (mini layout), an InnovatorBench checkout, or a YAML/JSON file.
+
+    * a directory with ``train/``/``test/`` task folders: every task of that suite;
+    * a directory with ``research_gym/configs/tasks/``: the InnovatorBench tasks (domains from
+      their yaml ``domain:`` keys or ``data_construction`` as a placeholder: the detectors do not
+      use the domain);
+    * a file ``{task_id: {description | description_path, compute_pool, scripts, max_evals,
+      vllm_available}}`` (``compute_pool`` as in ``task.yaml``: ``cpu``, ``gpu:4`` or a list).
+    """
+    import json
+
+    import yaml
+
+    from apollo.env.tasks import DOMAINS, list_tasks, parse_compute_pool
+
+    p = Path(source)
+    if p.is_dir() and (p / "research_gym" / "configs" / "tasks").is_dir():
+        from apollo.env.innovatorbench import read_task_config
+        from apollo.env.innovatorbench import load_innovatorbench
+
+        cfgs = sorted((p / "research_gym" / "configs" / "tasks").glob("task_*.y*ml"))
+        names = [read_task_config(c)["task_name"] for c in cfgs]
+        specs = load_innovatorbench(p, domains={n: DOMAINS[0] for n in names})
+        return {t.task_id: TaskInfo.from_task(t) for t in specs}
+    if p.is_dir():
+        tasks = list_tasks(suite_root=p)
+        if not tasks:
+            raise ValueError(f"{p}: no task.yaml under train/ or test/ (not a suite root)")
+        return {t.task_id: TaskInfo.from_task(t, with_plan=with_plan) for t in tasks}
+    try:
+        text = p.read_text(encoding="utf-8")
+        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ValueError(f"{p}: cannot read task infos: {e}") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"{p}: expected a mapping task_id -> task facts")
+    out: dict[str, TaskInfo] = {}
+    for tid, d in doc.items():
+        where = f"{p}: {tid}"
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a mapping")
+        unknown = sorted(set(d) - {"description", "description_path", "compute_pool", "scripts", "max_evals",
+                                   "vllm_available"})
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {unknown}")
+        desc = d.get("description")
+        if d.get("description_path"):
+            desc = (p.parent / d["description_path"]).read_text(encoding="utf-8")
+        scripts = d.get("scripts")
+        if isinstance(scripts, list):
+            scripts = {str(s): "" for s in scripts}
+        out[str(tid)] = TaskInfo(task_id=str(tid), description=desc,
+                                 max_evals=int(d["max_evals"]) if d.get("max_evals") is not None else None,
+                                 vllm_available=d.get("vllm_available"),
+                                 compute_pool=list(parse_compute_pool(d.get("compute_pool"), f"{where}: compute_pool"))
+                                 if d.get("compute_pool") is not None else None,
+                                 scripts=dict(scripts) if scripts is not None else None)
+    return out
+
+
+@lru_cache(maxsize=1)
+def tool_names() -> frozenset[str]:
+    from apollo.env.tools import TOOL_SPECS
+
+    return frozenset(TOOL_SPECS)
+
+
+# ------------------------------------------------------------------------------------- patterns
+SCRIPT_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+PY_RUN_RE = re.compile(r"\b(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s+(?:-{1,2}[\w-]+(?:[= ]\S+)?\s+)*?"
+                       r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+MODULE_RUN_RE = re.compile(r"\bpython3?\s+(?:-[uBO]+\s+)*-m\s+(?!pip\b)([\w.]+)|(?:^|[\s;&|(])\./([\w./-]+)")
+REDIRECT_RE = re.compile(r"(?<![0-9&<>])(?:[12]?>>?|&>)\s*(?!&|/dev/null)([^\s;&|<>()]+)")
+WRITE_CMD_RE = re.compile(
+    r"(?:^|[\s;&|(])(?:cp|mv|rm|touch|tee|ln|truncate|dd|rsync|unzip|tar\s+-?x\w*|patch|"
+    r"git\s+(?:checkout|reset|apply|restore|stash)|pip3?\s+install|python3?\s+-m\s+pip\s+install)(?=\s)|"
+    r"\bsed\s+(?:-\w*\s+)*-i"
+)
+OUTPUT_ARG_RE = re.compile(r"(?:--(?:output|out|output[-_]dir|out[-_]dir|save[-_]path|dst|dest)|(?<=\s)-o)(?:=|\s+)(\S+)")
+PY_WRITES_RE = re.compile(r"open\([^)]*['\"][wa]b?\+?['\"]|\.write(?:_text|_bytes)?\(|\.save\(|json\.dump\(|to_(?:csv|json|parquet)\(")
+VIEW_CMD_RE = re.compile(r"(?:^|[\s;&|(])(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff|wc|jq)(?=\s)")
+DOC_RE = re.compile(r"\.(md|rst|txt|log)$|(^|/)(notes?|NOTES?|README)(\.\w+)?$")
+CP_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])")
+PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
+SED_I_RE = re.compile(r"\bsed\s+(?:-\w*\s+)*-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+(\S+)")
+TOKEN_SPLIT_RE = re.compile(r"[\s;&|<>()'\"]+")
+ECHO_RE = re.compile(r"^\$ .*$", re.MULTILINE)
+STATUS_RE = re.compile(r"^\[(?:finished|killed|still running|session )[^\n]*\]$", re.MULTILINE)  # the tool's own status line
+SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing running", "Stopped '")
+# a line of a job's own output saying it is done (logs, get_session_output, tail of a log file)
+DONE_LINE_RE = re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b|completed?\b"
+                          r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)")
+SERVER_RE = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
+                       r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
+                       r"|\b(?:serve|server)\.py\b|--(?:host|port)[= ]")
+VLLM_RE = re.compile(r"\bvllm\b", re.IGNORECASE)
+VLLM_MISSING_RE = re.compile(
+    r"(?i)vllm\W{0,3}(?:is|are)?\s*(?:not|n't)\s+(?:installed|available|supported|usable)|no\s+vllm\b|without\s+vllm"
+    r"|vllm\s+(?:is\s+)?unavailable|No module named '?vllm|vllm: command not found|cannot (?:use|import) vllm"
+    r"|vllm\W+(?:missing|absent)")
+VLLM_PRESENT_RE = re.compile(r"(?im)^\s*vllm\s+v?\d+\.\d+|vllm(?:==|\s+version\s+)v?\d+\.\d+|\bvllm\b[^.\n]{0,40}\binstalled\b")
+GPU_COUNT_RE = re.compile(r"(?i)\b(\d+)\s*(?:x|×|\*)?\s*(?:[A-Z]?\d{2,3}\s*(?:GB)?\s*)?(?:NVIDIA\s+)?"
+                          r"(?:A100|H100|H200|A800|H800|V100|L40S?|RTX\s*\w+|GPUs?)\b")
+
+
+@lru_cache(maxsize=256)
+def _description_says_vllm(description: str) -> bool | None:
+    """True: the task says vLLM is there; False: it says it is not; None: it does not say."""
+    if "vllm" not in description.lower():
+        return None
+    return not VLLM_MISSING_RE.search(description)
+
+
+@lru_cache(maxsize=256)
+def _task_outputs(description: str) -> frozenset[str]:
+    sec = section(description, "Task") or description
+    return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
+
+
+_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1024)
+def _says_writes(doc: str) -> bool:
+    """A provided script's description line says it writes files."""
+    return bool(_WRITES_DOC_RE.search(doc))
+
+
+@lru_cache(maxsize=16384)
+def _script_runs(cmd: str) -> tuple[str, ...]:
+    out = [norm_path(m) for m in PY_RUN_RE.findall(cmd)]
+    out += [norm_path(a or b) for a, b in MODULE_RUN_RE.findall(cmd)]
+    return tuple(out)
+
+
+@lru_cache(maxsize=16384)
+def redirect_targets(cmd: str) -> tuple[str, ...]:
+    """Files a shell command redirects output to (``> f``, ``>> f``, ``2> f``, ``&> f``; not /dev/null)."""
+    return tuple(norm_path(m) for m in REDIRECT_RE.findall(cmd)) if ">" in cmd else ()
+
+
+def norm_path(p: Any) -> str:
+    return _norm_str(p) if isinstance(p, str) else ""
+
+
+@lru_cache(maxsize=8192)
+def _norm_str(p: str) -> str:
+    p = p.strip().strip("'\"")
+    if not p:
+        return ""
+    p = os.path.normpath(p)
+    if p.startswith("/workspace/"):  # InnovatorBench's absolute workspace paths
+        p = p[len("/workspace/"):]
+    return p[2:] if p.startswith("./") else p
+
+
+def short(x: Any, n: int = 60) -> str:
+    s = " ".join(str(x).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def is_false(v: Any) -> bool:
+    return v is False or str(v).lower() == "false"
+
+
+@dataclass
+class Job:
+    """A command that kept running after its call returned."""
+
+    session: str
+    command: str
+    step: int
+    server: bool  # a persistent server: never "finishes", and evals do not wait for it
+    logs: tuple[str, ...]  # files its output is redirected to
+    outputs: tuple[str, ...]  # files it says it writes (--output, task outputs of its script)
+
+
+class Facts:
+    """Per-trajectory facts shared by the detectors (computed once, lazily)."""
+
+    def __init__(self, traj: Trajectory, task: TaskInfo | None = None):
+        self.traj = traj
+        if task is None and traj.task_facts is not None:
+            task = TaskInfo.from_facts(traj.task_facts, traj.task_id)
+        self.task = task or TaskInfo()
+        self.steps = traj.steps
+        self.n = len(traj.steps)
+        self.tools: list[str | None] = []
+        self.args: list[dict[str, Any]] = []
+        self.obs: list[str] = []
+        self.oks: list[bool] = []  # the tool ran: valid call, not refused, no tool error
+        self.commands: list[str] = []  # run_command's command ("" otherwise)
+        for s in traj.steps:
+            a, o = s.action, s.observation
+            args = a.arguments if isinstance(a.arguments, dict) else {}
+            self.tools.append(a.tool)
+            self.args.append(args)
+            self.obs.append(o.text)
+            self.oks.append(a.tool is not None and a.parse_error is None and not o.refused
+                            and not o.text.startswith(("Error:", "Refused:", "Invalid action:")))
+            c = args.get("command") if a.tool == "run_command" else None
+            self.commands.append(c if isinstance(c, str) else "")
+
+    # -- task text ------------------------------------------------------------------------------
+    @cached_property
+    def description(self) -> str:
+        if self.task.description is not None:
+            return self.task.description
+        for m in self.traj.prefix_messages:
+            if m.get("role") == "user" and isinstance(m.get("content"), str):
+                return m["content"]
+        return ""
+
+    @cached_property
+    def script_docs(self) -> dict[str, str]:
+        """Scripts the task provides → what the description says of them."""
+        docs = self.task.scripts
+        if docs is None:
+            from apollo.env.tasks import provided_scripts
+
+            docs = provided_scripts(self.description)
+            if not docs:  # no Scripts section: every script the description names
+                docs = {norm_path(m): "" for m in SCRIPT_RE.findall(self.description)}
+        return {norm_path(p): text for p, text in docs.items()}
+
+    @cached_property
+    def scripts(self) -> dict[str, bool]:
+        """Scripts the task provides → whether they write files (by what the description says)."""
+        return {p: _says_writes(text) for p, text in self.script_docs.items()}
+
+    @cached_property
+    def task_outputs(self) -> frozenset[str]:
+        """Output paths named in the task statement (what the agent must produce)."""
+        return _task_outputs(self.description)
+
+    @cached_property
+    def vllm_available(self) -> bool:
+        """vLLM is available: said so by the task (not negated), or shown installed by the environment."""
+        if self.task.vllm_available is not None:
+            return self.task.vllm_available
+        env_text = [ECHO_RE.sub("", o) for o in self.obs if "vllm" in o.lower()]
+        if any(VLLM_MISSING_RE.search(t) for t in env_text):
+            return False
+        said = _description_says_vllm(self.description)
+        if said is False:
+            return False
+        return any(VLLM_PRESENT_RE.search(t) for t in env_text) or bool(said)
+
+    @cached_property
+    def gpus(self) -> int | None:
+        """GPUs of the largest machine of the compute pool (None: unknown)."""
+        if self.task.compute_pool is not None:
+            return max((m.gpus for m in self.task.compute_pool), default=0)
+        env = section(self.description, "Environment") or self.description
+        counts = [int(m) for m in GPU_COUNT_RE.findall(env)]
+        if counts:
+            return max(counts)
+        if re.search(r"(?i)\bone\s+(?:\w+\s+)?GPU\b|\ba\s+(?:single\s+)?GPU\b", env):
+            return 1
+        if re.search(r"(?i)\bno\s+GPU|CPU[- ]only|\bon CPU\b", env):
+            return 0
+        return None
+
+    # -- per-step -------------------------------------------------------------------------------
+    def ok(self, i: int) -> bool:
+        """The tool ran (not refused, no tool error, valid call)."""
+        return self.oks[i]
+
+    def command(self, i: int) -> str:
+        return self.commands[i]
+
+    def background(self, i: int) -> bool:
+        """A run_command that keeps running after the call returned."""
+        if self.tools[i] != "run_command" or not self.ok(i):
+            return False
+        cmd = self.commands[i].rstrip()
+        return (is_false(self.args[i].get("wait_for_completion", True)) or "[still running in background session" in self.obs[i]
+                or (cmd.endswith("&") and not cmd.endswith("&&")) or cmd.startswith("nohup "))
+
+    def session(self, i: int) -> str:
+        sid = self.args[i].get("session_id", "default")
+        return sid if isinstance(sid, str) and sid else "default"
+
+    def script_runs(self, i: int) -> list[str]:
+        """Scripts (``python x.py``, ``bash x.sh``, ``./x``) and modules (``python -m m``) a command runs."""
+        cmd = self.command(i)
+        return list(_script_runs(cmd)) if cmd else []
+
+    def redirects(self, i: int) -> list[str]:
+        return list(redirect_targets(self.command(i)))
+
+    def written_paths(self, i: int) -> list[str]:
+        """Files a step writes, where the call says so (redirects, --output, create/edit)."""
+        tool, args = self.tools[i], self.args[i]
+        if tool in ("create_file", "edit_file"):
+            p = norm_path(args.get("path"))
+            return [p] if p else []
+        cmd = self.command(i)
+        if not cmd:
+            return []
+        out = self.redirects(i)
+        out += [norm_path(m) for m in OUTPUT_ARG_RE.findall(cmd)]
+        for m in CP_RE.finditer(cmd):
+            parts = m.group(1).split()
+            if len(parts) >= 2:
+                out.append(norm_path(parts[-1]))
+        return [p for p in out if p]
+
+    @cached_property
+    def writes(self) -> list[bool]:
+        """Whether each step may change what the evaluation sees (conservative: unknown → True)."""
+        out = []
+        for i in range(self.n):
+            tool = self.tools[i]
+            if not self.ok(i):
+                out.append(False)
+            elif tool in ("create_file", "edit_file"):
+                out.append(not DOC_RE.search(norm_path(self.args[i].get("path"))))  # notes change no result
+            elif tool == "run_command":
+                cmd = self.command(i)
+                w = self.background(i) or bool(WRITE_CMD_RE.search(cmd)) or any(
+                    not DOC_RE.search(p) for p in self.written_paths(i))
+                if not w:
+                    for script in self.script_runs(i):
+                        known = self.scripts.get(script)
+                        w = w or known is None or known  # an unknown script may write anything
+                if not w and PY_C_RE.search(cmd):
+                    w = bool(PY_WRITES_RE.search(cmd))
+                out.append(w)
+            else:
+                out.append(False)
+        return out
+
+    def _job(self, i: int) -> Job:
+        cmd = self.command(i)
+        outs = [p for p in self.written_paths(i) if p not in self.redirects(i)]
+        for s in self.script_runs(i):
+            if self.scripts.get(s):
+                outs += [o for o in self.task_outputs if o not in outs]
+        return Job(self.session(i), cmd, i, bool(SERVER_RE.search(cmd)), tuple(self.redirects(i)), tuple(outs))
+
+    def _shows_done(self, i: int, job: Job) -> bool:
+        """Step ``i`` shows that ``job`` has finished: session state, its log, or its output files."""
+        tool, text = self.tools[i], self.obs[i]
+        if not self.ok(i):
+            return False
+        if tool in ("check_session_idle", "get_session_output", "kill_session_processes"):
+            return self.session(i) == job.session and any(k in text for k in SESSION_DONE)
+        if tool == "run_command" and not self.background(i) and self.session(i) == job.session:
+            return True  # a foreground command ran in that session: it was free
+        seen = self.viewed_paths(i)
+        if job.logs and any(p in seen for p in job.logs) and DONE_LINE_RE.search(STATUS_RE.sub("", ECHO_RE.sub("", text))):
+            return True
+        if job.outputs and tool in ("run_command", "list_files", "open_file"):
+            names = [o for o in job.outputs if o in seen or (tool != "open_file" and os.path.basename(o) in text)]
+            return bool(names) and "No such file" not in text and "not found" not in text
+        return False
+
+    @cached_property
+    def jobs_before(self) -> list[list[Job]]:
+        """Jobs (servers included) started and not seen finished, before each step."""
+        pending: list[Job] = []
+        out = []
+        for i in range(self.n):
+            out.append(list(pending))
+            if pending:
+                pending = [j for j in pending if not self._shows_done(i, j)]
+            if self.background(i):
+                pending = [j for j in pending if j.session != self.session(i)] + [self._job(i)]
+        return out
+
+    @cached_property
+    def pending_before(self) -> list[dict[str, str]]:
+        """Result-producing jobs (not servers) not yet seen finished, before each step: {session: command}."""
+        return [{j.session: j.command for j in jobs if not j.server} for jobs in self.jobs_before]
+
+    def is_output(self, p: str) -> bool:
+        """A path the evaluation reads: named in the task statement, or under output(s)/."""
+        return p in self.task_outputs or p.startswith(("output/", "outputs/"))
+
+    def viewed_paths(self, i: int) -> set[str]:
+        """Files whose content step ``i`` shows (open_file, cat/head/tail/…)."""
+        tool, args = self.tools[i], self.args[i]
+        if tool == "open_file":
+            p = norm_path(args.get("path"))
+            return {p} if p else set()
+        cmd = self.command(i)
+        if cmd and VIEW_CMD_RE.search(cmd):
+            return {norm_path(t) for t in TOKEN_SPLIT_RE.split(cmd) if t and ("." in t or "/" in t)}
+        return set()
+
+    @cached_property
+    def eval_scores(self) -> list[tuple[int, float]]:
+        """(position, score) of the agent's evals in order, then the forced final eval at ``n``."""
+        agent = sorted((e.step, e.score) for e in self.traj.evals if not e.forced)
+        agent = [(s, sc) for s, sc in agent if 0 <= s < self.n and self.tools[s] == "eval"]
+        forced = [e for e in self.traj.evals if e.forced]
+        if forced:
+            agent.append((self.n, forced[-1].score))
+        return agent
+
+    @cached_property
+    def known_code(self) -> list[dict[str, str]]:
+        """Before each step: file → the code the agent wrote or saw in it (create_file, open_file)."""
+        code: dict[str, str] = {}
+        out = []
+        for i in range(self.n):
+            out.append(code)
+            tool, args = self.tools[i], self.args[i]
+            if not self.ok(i):
+                continue
+            if tool in ("create_file", "open_file", "edit_file"):
+                p = norm_path(args.get("path"))
+                text = args.get("content") if tool != "open_file" else self.obs[i]
+                if p and isinstance(text, str):
+                    code = {**code, p: (code.get(p, "") + "\n" + text) if tool == "edit_file" else text}
+        return out

@@ -1,0 +1,239 @@
+"""Regression tests, one per behaviour of issue 15: each built from a trajectory that exhibits it.
+
+Task facts (compute pool, provided scripts, eval budget) come from the task spec, travel in the
+trajectory record, and reach the detectors through the Masker; tasks outside the suite need them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from apollo.agent.actions import format_action, parse_action
+from apollo.agent.prompt import initial_messages
+from apollo.env.tasks import load_task, parse_compute_pool
+from apollo.schema import EvalRecord, Guidance, Machine, Observation, Step, TaskFacts, Trajectory
+from apollo.supervision.detectors import TaskInfo, get_detectors, run_detectors
+from apollo.supervision.facts import load_task_infos
+from apollo.supervision.instructions import extract
+from apollo.supervision.masker import Masker, MaskConfig, UnknownTaskError
+
+DESC = """# Fine-tune a model
+## Task
+Train the model in models/base on data/train.jsonl and write the answers to output/answers.jsonl.
+## Environment
+One machine with 8 A100 GPUs, PyTorch, transformers. vLLM is not installed.
+## Scripts
+scripts/train.py --config CFG: fine-tunes the model and saves checkpoints/.
+scripts/build.py: builds the training set.
+"""
+
+
+def st(tool, args=None, obs="ok", exit_code=0, guidance=(), wall=0.0, refused=False):
+    text = format_action("thought", tool, args or {})
+    return Step(index=0, assistant_text=text, action=parse_action(text), wall_time_s=wall,
+                observation=Observation(text=obs, exit_code=exit_code, refused=refused),
+                guidance=[Guidance(guidance_id=f"g{k}", text=g, created_at=0.0) for k, g in enumerate(guidance)])
+
+
+def run(cmd, obs=None, code=0, **kw):
+    return st("run_command", {"command": cmd, **kw}, obs if obs is not None else f"$ {cmd}\n\n[finished, exit code {code}]",
+              code, guidance=kw.pop("guidance", ()) if "guidance" in kw else ())
+
+
+def bg(cmd, sid="job"):
+    return st("run_command", {"command": cmd, "session_id": sid, "wait_for_completion": False},
+              f"Started in background session '{sid}': {cmd}\nUse check_session_idle('{sid}') later.")
+
+
+def ev(score_text="Evaluation 1/3: overall_score=10"):
+    return st("eval", {}, score_text)
+
+
+def traj(*steps, evals=(), desc=DESC, facts=None, task_id="ext-1", domain="loss_design"):
+    steps = [s.model_copy(update={"index": i}) for i, s in enumerate(steps)]
+    return Trajectory(trajectory_id="t", task_id=task_id, split="train", domain=domain, policy_id="p",
+                      prefix_messages=initial_messages(desc), steps=steps, evals=list(evals), task_facts=facts)
+
+
+def drops(t, name, task=None, **params):
+    from apollo.supervision.detectors import DetectorParams
+
+    return {f.step: f.reason for f in run_detectors(t, get_detectors([name]), task, DetectorParams(**params))}
+
+
+POOL8 = TaskFacts(compute_pool=[Machine(kind="gpu", gpus=8)], scripts={"scripts/train.py": "", "scripts/build.py": ""},
+                  max_evals=3)
+POOL4 = TaskFacts(compute_pool=[Machine(kind="cpu"), Machine(kind="gpu", gpus=4)], max_evals=3)
+
+
+# ------------------------------------------------------------------------------- task facts
+def test_task_spec_carries_compute_pool_scripts_and_budget_into_the_record():
+    t = load_task("ld-train-01")
+    f = t.facts()
+    assert f.compute_pool == [Machine(kind="cpu", gpus=0)] and f.gpus == 0 and f.max_evals == t.max_evals
+    assert "scripts/train.py" in f.scripts and "writes output/model.json" in f.scripts["scripts/train.py"]
+    pool = parse_compute_pool([{"computer_type": "localhost_cpu"}, {"computer_type": "gpu"},
+                               {"computer_type": "gpu", "gpus": 2, "available": False}, "gpu:4"])
+    assert [(m.kind, m.gpus) for m in pool] == [("localhost_cpu", 0), ("gpu", 8), ("gpu", 4)]  # InnovatorBench: 8×80 GB
+    with pytest.raises(ValueError, match=r"computer_pool\[0\]: gpus/cpus must be integers"):
+        parse_compute_pool([{"computer_type": "gpu", "gpus": "many"}])
+    rec = traj(run("ls"), facts=f)
+    assert Trajectory.model_validate_json(rec.model_dump_json()).task_facts == f  # optional field, same schema version
+
+
+def test_masker_uses_the_records_facts_and_never_falls_back_to_a_suite_task(tmp_path):
+    launch = run("python scripts/train.py --config c.json")
+    m = Masker(MaskConfig())
+    # same id as a mini-suite task, but the record says 8 GPUs: the record's facts win
+    t = traj(launch, facts=POOL8, task_id="ld-train-01")
+    d = m.mask([t])[0][0].steps[0].mask
+    assert not d.keep and d.category == "resource_waste" and "1 GPU(s) while 8" in d.reason
+    with pytest.raises(UnknownTaskError, match="no task 'ext-1'.*task_facts"):
+        m.mask([traj(launch)])  # outside the suite, no facts: an error, not a guess
+    infos = tmp_path / "tasks.yaml"
+    infos.write_text("ext-1:\n  compute_pool: gpu:4\n  scripts: [scripts/train.py]\n  max_evals: 2\n")
+    loaded = load_task_infos(infos)
+    assert loaded["ext-1"].compute_pool == [Machine(kind="gpu", gpus=4)] and loaded["ext-1"].max_evals == 2
+    m2 = Masker(MaskConfig.from_params({"tasks": str(infos)}))
+    assert not m2.mask([traj(launch)])[0][0].steps[0].mask.keep
+    with pytest.raises(UnknownTaskError, match="not in the given task infos"):
+        m2.mask([traj(launch, task_id="ld-train-01")])  # task_infos given: the suite is not consulted
+    infos.write_text("ext-1:\n  compute_pool: gpu:4\n  colour: red\n")
+    with pytest.raises(ValueError, match=r"tasks.yaml: ext-1: unknown field\(s\) \['colour'\]"):
+        load_task_infos(infos)
+
+
+# ---------------------------------------------------------------------------- resource waste
+def test_resource_waste_is_compute_left_idle_not_a_short_blocking_command():
+    pip = st("run_command", {"command": "pip install -q peft"}, "$ pip install -q peft\n\n[finished, exit code 0]", wall=6.0)
+    plain = run("python scripts/train.py --config c.json")
+    one = run("torchrun --nproc_per_node 1 scripts/train.py --config c.json")
+    full = run("torchrun --nproc_per_node 4 scripts/train.py --config c.json")
+    assert drops(traj(pip, facts=POOL8), "resource_waste") == {}  # a 6 s pip install is no waste
+    d = drops(traj(pip, plain, facts=POOL8), "resource_waste")
+    assert list(d) == [1] and "1 GPU(s) while 8 of the task's 8 were free" in d[1]  # python train.py, 8 idle GPUs
+    assert list(drops(traj(one, full, facts=POOL4), "resource_waste")) == [0]  # --nproc_per_node 1 on a 4-GPU task
+    # a server holding 4 of the 8 GPUs: training on the other 4 uses what is free
+    server = bg("CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve models/base --port 8000", "srv")
+    rest = run("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 scripts/train.py")
+    assert drops(traj(server, rest, facts=POOL8), "resource_waste") == {}
+    assert drops(traj(plain, facts=TaskFacts(compute_pool=[Machine(kind="cpu")])), "resource_waste") == {}
+    assert list(drops(traj(plain), "resource_waste")) == [0]  # no facts: "8 A100 GPUs" in the description
+
+
+# ---------------------------------------------------------------------------- improper eval
+def test_a_persistent_server_does_not_make_later_evals_improper():
+    t = traj(bg("python -m vllm.entrypoints.openai.api_server --model models/base --port 8000", "srv"),
+             run("python scripts/build.py --output output/answers.jsonl"), ev())
+    assert drops(t, "improper_eval") == {}
+
+
+def test_job_completion_from_its_log_or_its_output_files():
+    launch = bg("python scripts/train.py --config c.json > train.log 2>&1", "train")
+    tail_done = run("tail -n 2 train.log", "$ tail -n 2 train.log\nepoch 3 loss 0.12\ntraining finished\n\n"
+                                          "[finished, exit code 0]")
+    tail_busy = run("tail -n 2 train.log", "$ tail -n 2 train.log\nepoch 1 loss 0.52\n\n[finished, exit code 0]")
+    assert drops(traj(launch, tail_done, ev()), "improper_eval") == {}
+    d = drops(traj(launch, tail_busy, ev()), "improper_eval")
+    assert list(d) == [2] and "was not seen finished" in d[2]
+    gen = bg("python gen.py --output output/answers.jsonl", "gen")
+    listing = st("list_files", {"path": "output"}, "output/\n  answers.jsonl (12 KB)")
+    assert drops(traj(gen, listing, ev()), "improper_eval") == {}
+    assert list(drops(traj(gen, ev()), "improper_eval")) == [1]
+
+
+# --------------------------------------------------------------------- performance regression
+def test_regression_only_from_a_high_best_score():
+    edit = lambda c: st("edit_file", {"path": "config.json", "start_line": 1, "end_line": 1, "content": c}, "Edited")
+    steps = [st("open_file", {"path": "config.json"}, "[config.json]"), edit("a"), ev(), edit("b"), ev(), edit("c"), ev()]
+    high = [EvalRecord(step=2, score=80), EvalRecord(step=4, score=40), EvalRecord(step=6, score=85)]
+    low = [EvalRecord(step=2, score=10), EvalRecord(step=4, score=5), EvalRecord(step=6, score=30)]
+    d = drops(traj(*steps, evals=high), "performance_regression")
+    assert list(d) == [3] and "best so far 80" in d[3]
+    assert drops(traj(*steps, evals=low), "performance_regression") == {}  # exploring from a low score is fine
+
+
+# ---------------------------------------------------------------------------- ignore script
+def test_ignore_script_by_what_the_agent_runs():
+    desc = DESC.replace("scripts/build.py: builds the training set.", "scripts/build.py: builds the answers file.")
+    naive = run("mkdir -p output && cp data/train.jsonl output/answers.jsonl")
+    own = st("create_file", {"path": "my_build.py", "content": "open('output/answers.jsonl', 'w')"}, "Created my_build.py")
+    run_own = run("python my_build.py --output output/answers.jsonl")
+    use = run("python scripts/build.py --output output/answers.jsonl")
+    # the description does not name output/answers.jsonl on the script's line: still caught
+    d = drops(traj(naive, own, run_own, desc=desc), "ignore_script")
+    assert sorted(d) == [0, 2] and "by hand" in d[0] and "with its own my_build.py" in d[2]
+    assert drops(traj(use, naive, desc=desc), "ignore_script") == {}  # it ran the provided script first
+    failed = run("python scripts/build.py --output output/answers.jsonl", code=1)
+    assert list(drops(traj(failed, naive, desc=desc), "ignore_script")) == [1]  # a failed run is no use
+
+
+# ---------------------------------------------------------------------- inefficient inference
+def test_inference_by_what_runs_and_not_installed_means_unavailable():
+    hf = run("python gen.py --backend hf --output output/answers.jsonl")
+    assert drops(traj(hf), "inefficient_inference") == {}  # "vLLM is not installed" in the description
+    ok = DESC.replace("vLLM is not installed.", "vLLM 0.6.3 is installed.")
+    assert list(drops(traj(hf, desc=ok), "inefficient_inference")) == [0]
+    missing = run("python -c 'import vllm'", "$ python -c 'import vllm'\nModuleNotFoundError: No module named 'vllm'\n\n"
+                  "[finished, exit code 1]", 1)
+    assert drops(traj(missing, hf, desc=DESC.replace("vLLM is not installed.", "vLLM")), "inefficient_inference") == {}
+
+
+# -------------------------------------------------------------------- violate instruction
+def test_violate_instruction_rule_pass_with_the_judge_off():
+    g = "Open scripts/filter.py and use it with --min-quality 0.45 instead of writing your own filter."
+    assert [(d.kind, d.target, d.values) for d in extract(g)] == [
+        ("use_script", "scripts/filter.py", {"--min-quality": "0.45"})]
+    assert [d.kind for d in extract("Do not change scripts/train.py, only config.json.")] == ["forbid_write"]
+    assert [d.kind for d in extract("You evaluated twice without changing anything; call finish when you are done.")] \
+        == ["forbid_eval"]
+    assert [(d.kind, d.values) for d in extract("In reward.py set TRAP_REWARD = -1.0, STEP_REWARD = -0.02 and "
+                                                 "SHAPING_WEIGHT = 0.3; the sparse goal reward learns too little.")] \
+        == [("set", {"TRAP_REWARD": "-1.0", "STEP_REWARD": "-0.02", "SHAPING_WEIGHT": "0.3"})]
+    assert extract("Looks good so far, keep going.") == []
+    filt = "python scripts/filter.py --input data/c.jsonl --output output/f.jsonl --min-quality {}"
+    t = traj(st("list_files", {"path": "."}, "scripts/"),
+             st("open_file", {"path": "scripts/filter.py"}, "[scripts/filter.py]", guidance=[g]),
+             run("head -n 300 data/c.jsonl > output/f.jsonl"), run(filt.format("0.3")), run(filt.format("0.45")),
+             st("edit_file", {"path": "scripts/train.py", "start_line": 1, "end_line": 1, "content": "x"}, "Edited",
+                guidance=["Do not change scripts/train.py."]),
+             ev(), st("eval", {}, "Evaluation 2/3: overall_score=10",
+                      guidance=["You evaluated twice without changing anything; call finish when you are done."]))
+    d = drops(t, "violate_instruction")
+    assert sorted(d) == [2, 3, 5, 7], d
+    assert "without scripts/filter.py" in d[2] and "another --min-quality than the 0.45" in d[3]
+    assert "changed scripts/train.py although told not to" in d[5] and "told to stop" in d[7]
+    masker = Masker(MaskConfig(), load_tasks=False)  # judge off (the default): the rule still decides
+    found = masker.analyze([t])[0]
+    assert [i for i, fs in enumerate(found) if any(f.category == "violate_instruction" and not f.keep for f in fs)] \
+        == [2, 3, 5, 7]
+    assert all(not masker.decide(found[i]).keep for i in (2, 3, 5, 7))
+
+
+# --------------------------------------------------------------------------- symbolic rules
+def test_a_redirected_job_fails_at_its_launch_and_the_tail_is_kept():
+    launch = bg("python scripts/train.py --config c.json > train.log 2>&1", "default")
+    tail = run("tail -n 5 train.log", "$ tail -n 5 train.log\nTraceback (most recent call last):\n  File \"train.py\"\n"
+                                      "KeyError: 'lr'\n\n[finished, exit code 0]")
+    fg = run("python scripts/train.py > out.log 2>&1", code=1)
+    cat = run("cat out.log", "$ cat out.log\nTraceback (most recent call last):\nValueError: bad\n\n[finished, exit code 0]")
+    masked = Masker(MaskConfig(), load_tasks=False).mask([traj(launch, tail, fg, cat)])[0][0]
+    m = [s.mask for s in masked.steps]
+    assert not m[0].keep and m[0].category == "runtime_error" and "seen at step 1" in m[0].reason
+    assert m[1].keep and m[3].keep
+    assert not m[2].keep and m[2].category == "runtime_error"
+    missing = run("tail train.log", "$ tail train.log\ntail: cannot open 'train.log': No such file or directory\n\n"
+                  "[finished, exit code 1]", 1)
+    m = [s.mask for s in Masker(MaskConfig(), load_tasks=False).mask([traj(missing)])[0][0].steps]
+    assert not m[0].keep and m[0].category == "explicit_failure"  # no job log: the read itself failed
+
+
+def test_nvcc_failure_is_a_compile_error():
+    nvcc = run("nvcc -o kern kern.cu", "$ nvcc -o kern kern.cu\nkern.cu(12): error: identifier \"blockDimx\" is undefined\n"
+               "1 error detected in the compilation of \"kern.cu\".\n\n[finished, exit code 2]", 2)
+    arch = run("nvcc -arch=sm_90 k.cu", "$ nvcc -arch=sm_90 k.cu\nnvcc fatal   : Unsupported gpu architecture 'compute_90'\n\n"
+               "[finished, exit code 1]", 1)
+    ext = run("python setup.py build_ext", "$ python setup.py build_ext\nTraceback (most recent call last):\n"
+              "RuntimeError: Error building extension 'fused'\n\n[finished, exit code 1]", 1)
+    m = [s.mask for s in Masker(MaskConfig(), load_tasks=False).mask([traj(nvcc, arch, ext)])[0][0].steps]
+    assert [(d.keep, d.category) for d in m] == [(False, "compile_error")] * 3
