@@ -430,11 +430,42 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
 
 
 # --- running it ------------------------------------------------------------------------------------
-def _uvicorn_config(app: FastAPI, host: str, port: int, log_level: str, access_log: bool) -> Any:
+def _uvicorn_config(app: FastAPI, host: str, port: int, log_level: str, access_log: bool,
+                    tls: tuple[str, str] | None = None) -> Any:
     import uvicorn
 
+    kw: dict[str, Any] = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                          timeout_graceful_shutdown=3, lifespan="on", ws="none")
+                          timeout_graceful_shutdown=3, lifespan="on", ws="none", **kw)
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(host: str, tls_cert: str | None, tls_key: str | None, insecure_http: bool) -> tuple[str, str] | None:
+    """The (cert, key) to serve with, or None for plain HTTP; raises ValueError when refused.
+
+    Tokens and the session cookie travel in every request: plain HTTP is allowed on loopback only
+    (or behind a TLS-terminating reverse proxy, with ``--insecure-http``)."""
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if tls_cert and tls_key:
+        for f in (tls_cert, tls_key):
+            if not Path(f).is_file():
+                raise ValueError(f"{f}: no such file")
+        return tls_cert, tls_key
+    if not is_loopback(host) and not insecure_http:
+        raise ValueError(f"refusing plain HTTP on {host}: tokens would cross the network in clear. Give "
+                         f"--tls-cert/--tls-key, or put a TLS reverse proxy in front and pass --insecure-http")
+    return None
 
 
 @contextlib.contextmanager
@@ -475,8 +506,20 @@ def cli_serve(args: Any) -> int:
         print(tok)  # shown once; only its digest is kept
         print(f"# {role} token added to {token_file}", flush=True)
         return 0
+    try:
+        tls = check_transport(args.host, getattr(args, "tls_cert", None), getattr(args, "tls_key", None),
+                              bool(getattr(args, "insecure_http", False)))
+    except ValueError as e:
+        print(f"apollo serve: {e}", flush=True)
+        return 2
+    demo_n = int(getattr(args, "demo", 0) or 0)
     db = args.db or os.environ.get("APOLLO_GUIDANCE_DB") or str(paths.guidance_store)
+    if demo_n and not args.db:
+        db = str(paths.data / "store" / "demo.sqlite")  # the demo never mixes with real rollouts
     tokens = TokenRegistry(token_file=token_file)
+    demo_token = None
+    if demo_n:
+        demo_token = tokens.issue("annotator", "demo-annotator")
     if not len(tokens):
         print(f"apollo serve: no tokens. Set APOLLO_ANNOTATOR_TOKEN / APOLLO_VIEWER_TOKEN / APOLLO_AGENT_TOKEN, "
               f"or create one: apollo serve --new-token annotator:alice (writes {token_file})", flush=True)
@@ -484,8 +527,20 @@ def cli_serve(args: Any) -> int:
     import uvicorn
 
     store = GuidanceStore(db)
-    app = create_app(store, tokens)
-    log.info("guidance service on http://%s:%d (store %s, %d tokens)", args.host, args.port,
+    app = create_app(store, tokens, lost_after_s=float(getattr(args, "lost_after_s", 30.0) or 30.0))
+    scheme = "https" if tls else "http"
+    log.info("guidance service on %s://%s:%d (store %s, %d tokens)", scheme, args.host, args.port,
              store.url.split("@")[-1], len(tokens))
-    uvicorn.Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log)).run()
+    demo = None
+    if demo_n:
+        from apollo.guidance.demo import Demo
+
+        demo = Demo(db, demo_n, step_s=float(getattr(args, "demo_step_s", 3.0) or 3.0)).start()
+        print(f"demo: {demo_n} simulated agents. Open {scheme}://{args.host}:{args.port}/ and log in with "
+              f"this annotator token (valid while this process runs):\n{demo_token}", flush=True)
+    try:
+        uvicorn.Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log, tls)).run()
+    finally:
+        if demo is not None:
+            demo.stop()
     return 0
