@@ -412,6 +412,23 @@ class GuidanceStore:
                                           data=_j(data)))
 
     @staticmethod
+    def _guard(c: Connection, trajectory_id: str, session: str | None, owner: str | None) -> dict[str, Any] | None:
+        """One read of the trajectory for the owner and session checks (None: no check asked, or an
+        unregistered trajectory without a session)."""
+        if not session and not owner:
+            return None
+        row = c.execute(select(trajectories_t).where(trajectories_t.c.trajectory_id == trajectory_id)).first()
+        if row is None:
+            if session:
+                raise NotFound(f"trajectory {trajectory_id!r} is not registered")
+            return None
+        if owner and row.owner and row.owner != owner:
+            raise Forbidden(f"trajectory {trajectory_id!r} belongs to another agent token")
+        if session and row.session and row.session != session:
+            raise StaleSession(f"trajectory {trajectory_id!r} was resumed by another agent session")
+        return dict(row._mapping)
+
+    @staticmethod
     def _check_session(c: Connection, trajectory_id: str, session: str | None) -> dict[str, Any]:
         row = c.execute(select(trajectories_t).where(trajectories_t.c.trajectory_id == trajectory_id)).first()
         if row is None:
@@ -521,8 +538,7 @@ class GuidanceStore:
         if guidance_ids is not None and not (isinstance(guidance_ids, list)
                                              and all(isinstance(x, str) for x in guidance_ids)):
             raise StoreError("guidance_ids must be a list of strings")
-        self._check_owner(c, trajectory_id, owner)
-        traj = self._check_session(c, trajectory_id, session) if session else None
+        traj = self._guard(c, trajectory_id, session, owner)
         s = steps_t
         values = dict(tool=tool, arguments=_j(arguments or {}), observation=observation or "",
                       created_at=now, assistant_text=assistant_text, detail=_j(detail))
@@ -620,8 +636,8 @@ class GuidanceStore:
             as_index(step_index)
         if not isinstance(ref or "", str) or (key is not None and not isinstance(key, str)):
             raise StoreError("record ref and key must be strings")
-        self._check_owner(c, trajectory_id, owner)
-        self._check_session(c, trajectory_id, session)
+        if self._guard(c, trajectory_id, session, owner) is None:
+            self._check_session(c, trajectory_id, session)  # NotFound for an unregistered trajectory
         n = self._insert_record(c, trajectory_id, kind, data, step_index=step_index,
                                 key=f"agent:{key or uuid.uuid4().hex}", ref=ref)
         if n:
@@ -642,9 +658,7 @@ class GuidanceStore:
         if final_score is not None and (isinstance(final_score, bool) or not isinstance(final_score, (int, float))
                                         or not -1e12 < float(final_score) < 1e12):
             raise StoreError("final_score must be a finite number")
-        self._check_owner(c, trajectory_id, owner)
-        if session:
-            self._check_session(c, trajectory_id, session)
+        self._guard(c, trajectory_id, session, owner)
         now = time.time()
         vals: dict[str, Any] = {"status": status, "updated_at": now, "ended_at": now}
         if final_score is not None:
@@ -734,9 +748,7 @@ class GuidanceStore:
                  delivered_at: float | None, session: str | None, owner: str | None = None) -> list[dict[str, Any]]:
         if not isinstance(guidance_ids, list) or not all(isinstance(x, str) for x in guidance_ids):
             raise StoreError("guidance_ids must be a list of strings")
-        self._check_owner(c, trajectory_id, owner)
-        if session:
-            self._check_session(c, trajectory_id, session)
+        self._guard(c, trajectory_id, session, owner)
         at = time.time() if delivered_at is None else float(delivered_at)
         if not -1e12 < at < 1e12:
             raise StoreError("delivered_at must be a finite time")
