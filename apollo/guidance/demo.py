@@ -49,7 +49,7 @@ class PacedEngine:
 class Demo:
     """``n_agents`` threads, each running episode after episode until :meth:`stop`."""
 
-    def __init__(self, db: str | Path, n_agents: int = 10, *, step_s: float = 3.0, noise: float = 0.35,
+    def __init__(self, db: str | Path, n_agents: int = 10, *, step_s: float = 3.0, noise: float = 0.25,
                  annotator: bool = True, annotator_delay_s: float = 5.0, max_steps: int = 60,
                  workspace_root: str | Path | None = None, suite_root: str | Path | None = None):
         self.db, self.n_agents, self.step_s, self.noise = str(db), n_agents, step_s, noise

@@ -150,7 +150,7 @@ def _failed(s: dict[str, Any]) -> tuple[bool, bool]:
 class Triage:
     """The triage rows; detector runs are cached per (rollout, step count)."""
 
-    def __init__(self, store: GuidanceStore, *, lost_after_s: float = 30.0, last_k: int = 5,
+    def __init__(self, store: GuidanceStore, *, lost_after_s: float = 30.0, last_k: int = 3,
                  erroring_after: int = 3, detectors: bool = True):
         self.store, self.lost_after_s, self.last_k, self.erroring_after = store, lost_after_s, last_k, erroring_after
         self._cache: dict[str, tuple[int, list[dict[str, Any]]]] = {}
@@ -217,7 +217,7 @@ class Triage:
         scores = [sc for s in steps if (sc := score_of(s.get("tool"), s.get("observation") or "")) is not None]
         evals = sum(1 for s in steps if s.get("tool") == "eval")
         budget = meta.get("eval_budget")
-        beat = max(x for x in (t.get("heartbeat_at"), t.get("updated_at"), t.get("started_at")) if x is not None)
+        beat = max(x for x in (t.get("heartbeat_at"), t.get("updated_at")) if x is not None)
         lost = t["status"] == "running" and now - beat > self.lost_after_s
         flags = self._flags(tid, len(steps))
         args = json.dumps(last.get("arguments") or {}, ensure_ascii=False) if last else ""
@@ -258,7 +258,5 @@ def guidance_tracking(store: GuidanceStore) -> list[dict[str, Any]]:
         g["task_id"] = t.get("task_id")
         g["authenticated"] = g["state"] != "rejected"
         g["latency_s"] = (g["delivered_at"] - g["created_at"]) if g.get("delivered_at") else None
-        meta = g.get("meta") if isinstance(g.get("meta"), dict) else {}
-        g["at_step"] = meta.get("at_step")
         out.append(g)
     return out

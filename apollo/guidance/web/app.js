@@ -317,9 +317,18 @@ async function loadRollouts() {
   renderRollouts();
 }
 
+let lastRolloutSig = "";
+
 function renderRollouts() {
   const rows = sortRows(filterRows(state.triage));
   const tbody = document.querySelector("#rollout-table tbody");
+  // rows are rebuilt only when what they show changed: a rebuild between a press and a release
+  // (e.g. a field's change event on blur) would swallow the click
+  const sig = JSON.stringify([state.tid, state.triage.length, rows.map((t) => [t.trajectory_id, badgesOf(t), t.step_count,
+    t.last_action, t.last_step_at, t.consecutive_errors, t.consecutive_invalid, t.evals_used, t.best_score,
+    t.guidance_pending, t.guidance_delivered, t.status, t.sample])]);
+  if (sig === lastRolloutSig && tbody.children.length === rows.length) return;
+  lastRolloutSig = sig;
   const focusedTid = document.activeElement && document.activeElement.closest && document.activeElement.closest("#rollout-table tr")
     ? document.activeElement.closest("tr").dataset.tid : null;
   const now = serverNow();
