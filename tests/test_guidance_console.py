@@ -177,7 +177,7 @@ def test_follow_collapse_failed_filter_and_live_terminal(browser, service):
         # follow off: the view stays; jump to latest brings it back
         page.uncheck("#follow")
         page.locator("#steps li[data-step='2'] .step-head").click()
-        page.locator("#steps li[data-step='2']").scroll_into_view_if_needed()
+        page.evaluate("document.querySelector(\"#steps li[data-step='2']\").scrollIntoView()")
         n1 = page.locator("#steps li.step").count()
         page.wait_for_function(f"document.querySelectorAll('#steps li.step').length >= {n1 + 2}")
         assert page.evaluate("document.querySelector(\"#steps li[data-step='2']\").getBoundingClientRect().top") < 800
