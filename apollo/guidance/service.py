@@ -538,9 +538,11 @@ def cli_serve(args: Any) -> int:
         demo = Demo(db, demo_n, step_s=float(getattr(args, "demo_step_s", 3.0) or 3.0)).start()
         print(f"demo: {demo_n} simulated agents. Open {scheme}://{args.host}:{args.port}/ and log in with "
               f"this annotator token (valid while this process runs):\n{demo_token}", flush=True)
-    try:
-        uvicorn.Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log, tls)).run()
-    finally:
-        if demo is not None:
-            demo.stop()
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            await super().shutdown(sockets)
+            if demo is not None:  # here, not after run(): uvicorn re-raises SIGTERM when run() ends
+                await asyncio.to_thread(demo.stop)
+
+    Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log, tls)).run()
     return 0
