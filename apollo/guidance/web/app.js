@@ -771,7 +771,7 @@ function guidanceStatus(g) {
   if (g.state === "pending") {
     const parts = [];
     const wait = g.available_at - serverNow();
-    if (wait > 0.5) parts.push("due in " + fmtAge(wait));
+    if (wait >= 1) parts.push("due in " + fmtAge(wait));
     if (g.at_step !== null && g.at_step !== undefined) parts.push("at step " + g.at_step);
     return "pending" + (parts.length ? " (" + parts.join(", ") + ")" : "") + (g.attempts ? ", re-queued after an agent restart" : "");
   }
