@@ -460,7 +460,7 @@ async function loadSteps(reset) {
       try { rows = await api("/api/trajectories/" + enc(tid) + "/steps?full=true&since=" + since); } catch (e) { return; }
       if (tid !== state.tid) return;
       const before = state.steps.length;
-      for (const s of rows) state.steps[s.step_index] = s;
+      for (const s of rows) { if (s.step_index < stepsView.upTo) stepsView.sig = ""; state.steps[s.step_index] = s; }
       for (let i = 0; i < state.steps.length; i++) if (!state.steps[i]) state.steps[i] = null;
       renderSteps();
       if (state.linkStep !== null && state.steps[state.linkStep]) {
@@ -494,28 +494,39 @@ function guidanceAt(i) {
   return state.guidance.filter((g) => (g.state === "delivered" || g.state === "acknowledged") && g.delivered_step === i);
 }
 
+// The step list grows by appending while nothing else changed (a full rebuild on every new step
+// would swallow a click whose press and release straddle it); any other change rebuilds it.
+const stepsView = { sig: "", upTo: 0, shown: 0, total: 0 };
+
 function renderSteps() {
   const q = $("search").value.trim();
   const ql = q.toLowerCase();
   const failedOnly = $("failed-only").checked;
   const list = $("steps");
-  const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest("#steps li") : null;
+  const sig = JSON.stringify([state.tid, q, failedOnly, [...state.open].sort((a, b) => a - b),
+    state.guidance.map((g) => [g.guidance_id, g.state, g.delivered_step])]);
+  let from = 0;
+  if (sig === stepsView.sig && stepsView.upTo <= state.steps.length) from = stepsView.upTo;
+  else { stepsView.shown = 0; stepsView.total = 0; }
+  const focused = from === 0 && document.activeElement && document.activeElement.closest ? document.activeElement.closest("#steps li") : null;
   const focusedStep = focused ? focused.dataset.step : null;
   const items = [];
-  let shown = 0, total = 0;
-  for (let i = 0; i < state.steps.length; i++) {
+  for (let i = from; i < state.steps.length; i++) {
     const s = state.steps[i];
     if (!s) continue;
-    total++;
+    stepsView.total++;
     if (failedOnly && !stepFailed(s)) continue;
     const match = !ql || stepText(s).includes(ql) || guidanceAt(i).some((g) => g.text.toLowerCase().includes(ql));
     if (!match) continue;
-    shown++;
+    stepsView.shown++;
     items.push(renderStep(s, q));
   }
-  list.replaceChildren(...items);
+  if (from === 0) list.replaceChildren(...items); else list.append(...items);
+  stepsView.sig = sig;
+  stepsView.upTo = state.steps.length;
   if (focusedStep !== null) { const li = list.querySelector("li[data-step='" + focusedStep + "']"); if (li) li.focus({ preventScroll: true }); }
   const what = failedOnly ? " failed" : "";
+  const shown = stepsView.shown, total = stepsView.total;
   $("search-count").textContent = q || failedOnly ? (shown + " of " + total + what + " steps" + (q ? " match" : "")) : (total + " steps");
 }
 
