@@ -154,6 +154,7 @@ class Triage:
                  erroring_after: int = 3, detectors: bool = True):
         self.store, self.lost_after_s, self.last_k, self.erroring_after = store, lost_after_s, last_k, erroring_after
         self._cache: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        self._stats: dict[str, tuple[Any, Any]] = {}
         self._masker: Any = None
         self._use_detectors = detectors
         self._lock = threading.Lock()
@@ -198,16 +199,12 @@ class Triage:
                             "status": t.get("status"), "error": f"{type(e).__name__}"})
         return out
 
-    def _row(self, t: dict[str, Any], now: float, samples: dict[str, int], g: dict[str, int]) -> dict[str, Any]:
-        tid = t["trajectory_id"]
-        meta = t.get("meta") or {}
-        samples[t["task_id"]] = samples.get(t["task_id"], 0) + 1
-        steps = self.store.steps(tid, 0, full=True)
+    @staticmethod
+    def _step_stats(steps: list[dict[str, Any]]) -> tuple[Any, int, int, list[float], int, int]:
         last = steps[-1] if steps else None
         cons_err = cons_inv = 0
         for s in reversed(steps):
-            err, inv = _failed(s)
-            if not err:
+            if not _failed(s)[0]:
                 break
             cons_err += 1
         for s in reversed(steps):
@@ -216,10 +213,22 @@ class Triage:
             cons_inv += 1
         scores = [sc for s in steps if (sc := score_of(s.get("tool"), s.get("observation") or "")) is not None]
         evals = sum(1 for s in steps if s.get("tool") == "eval")
+        return last, cons_err, cons_inv, scores, evals, len(steps)
+
+    def _row(self, t: dict[str, Any], now: float, samples: dict[str, int], g: dict[str, int]) -> dict[str, Any]:
+        tid = t["trajectory_id"]
+        meta = t.get("meta") or {}
+        samples[t["task_id"]] = samples.get(t["task_id"], 0) + 1
+        key = (t["step_count"], t.get("updated_at"))
+        hit = self._stats.get(tid)
+        if hit is None or hit[0] != key:  # the steps are read again only when the rollout moved
+            hit = (key, self._step_stats(self.store.steps(tid, 0, full=True)))
+            self._stats[tid] = hit
+        last, cons_err, cons_inv, scores, evals, n_steps = hit[1]
         budget = meta.get("eval_budget")
         beat = max(x for x in (t.get("heartbeat_at"), t.get("updated_at")) if x is not None)
         lost = t["status"] == "running" and now - beat > self.lost_after_s
-        flags = self._flags(tid, len(steps))
+        flags = self._flags(tid, n_steps)
         args = json.dumps(last.get("arguments") or {}, ensure_ascii=False) if last else ""
         return {
             "trajectory_id": tid, "task_id": t["task_id"],
