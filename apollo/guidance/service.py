@@ -198,7 +198,7 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
     store = store if isinstance(store, GuidanceStore) else GuidanceStore(store)
     hub = EventHub(store, event_poll_s)
     triage = Triage(store, lost_after_s=lost_after_s)
-    beats: dict[str, float] = {}  # trajectory -> last heartbeat written (one write per 2 s at most)
+    beats: dict[str, float] = {}  # trajectory -> last heartbeat written or implied by a write
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -391,7 +391,12 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         results = store.apply_ops(body.ops, owner=p.key) if body.ops else []
         pending = store.pending(body.poll, owner=p.key) if body.poll else {}
         now = time.time()
-        due = [t for t in pending if now - beats.get(t, 0.0) > 2.0]  # the poll is the worker's heartbeat
+        wrote = {op.get("trajectory_id") for op in body.ops}  # their updated_at moved already
+        for t in wrote:
+            if t in pending:
+                beats[t] = now
+        # the poll is the worker's heartbeat: written at most every 10 s per rollout (lost after 30 s)
+        due = [t for t in pending if now - beats.get(t, 0.0) > 10.0]
         if due:
             beats.update(dict.fromkeys(due, now))
             store.heartbeat(due)
