@@ -215,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="add a token (role viewer|annotator|agent) to the token file, print it once and exit")
     sv.add_argument("--log-level", default="info")
     sv.add_argument("--no-access-log", action="store_true")
+    sv.add_argument("--tls-cert", default=None, help="TLS certificate (PEM) to serve HTTPS")
+    sv.add_argument("--tls-key", default=None, help="TLS private key (PEM)")
+    sv.add_argument("--insecure-http", action="store_true",
+                    help="allow plain HTTP on a non-loopback host (only behind a TLS reverse proxy)")
+    sv.add_argument("--lost-after-s", type=float, default=30.0,
+                    help="a running rollout unheard of for this long is shown as lost")
+    sv.add_argument("--demo", type=int, nargs="?", const=10, default=0, metavar="N",
+                    help="run N (default 10) simulated agents at a human pace on data/store/demo.sqlite")
+    sv.add_argument("--demo-step-s", type=float, default=3.0, help="seconds per demo agent step (mean)")
     sv.set_defaults(fn=cmd_serve)
     r = sub.add_parser("results", help="print the results table of the last pipeline run")
     r.add_argument("--file", default="data/report/results.md")

@@ -62,6 +62,7 @@ class Guidance(_Model):
     created_at: float
     delivered_at: float | None = None
     delivered_step: int | None = None  # index of the step it was injected before
+    auth_tag: str | None = None  # HMAC of the store's annotator path (apollo.guidance.auth.verify_row)
 
 
 class MaskDecision(_Model):

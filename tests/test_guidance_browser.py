@@ -122,7 +122,8 @@ def test_annotator_ui_end_to_end(browser, live):
     row.wait_for()
     assert page.locator("#rollout-table tbody tr", has_text="task-other").count() == 1
     page.wait_for_function("() => { const r = [...document.querySelectorAll('#rollout-table tbody tr')]"
-                           ".find(r => r.textContent.includes('task-xss')); return r && parseInt(r.children[1].textContent) >= 4 }")
+                           ".find(r => r.textContent.includes('task-xss'));"
+                           " return r && parseInt((r.querySelector('.age').textContent.match(/step (\\d+)/) || [])[1]) >= 4 }")
     row.click()
     page.wait_for_function("document.querySelectorAll('#steps li').length >= 4")
     assert page.text_content("#traj-title") == "task-xss"

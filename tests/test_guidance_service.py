@@ -20,6 +20,7 @@ from apollo.guidance.client import AnnotatorClient, GuidanceClient, ServiceError
 from apollo.guidance.records import derive_record
 from apollo.guidance.service import serve_in_thread
 from apollo.guidance.store import GuidanceStore
+from apollo.guidance.views import context_window
 
 TOK = {"annotator": "annot-tok-0123456789", "viewer": "viewer-tok-0123456789", "agent": "agent-tok-0123456789"}
 
@@ -136,7 +137,7 @@ def test_guidance_life_cycle_over_http(service):
     agent.post_step("traj", 0, "think", {"thought": "x"}, "Thought recorded.")
     agent.end("traj")
     states = {g["text"]: g["state"] for g in ann.guidance("traj")}
-    assert states == {"first": "acknowledged", "second": "acknowledged", "later": "pending"}
+    assert states == {"first": "acknowledged", "second": "acknowledged", "later": "expired"}  # ended undelivered
     with pytest.raises(ServiceError) as e:  # the rollout has ended: new guidance would never arrive
         ann.send_guidance("traj", "too late")
     assert e.value.status == 409
@@ -312,7 +313,7 @@ def test_records_derived_from_steps(tmp_path):
     assert store.records("t", "terminal")[0]["data"]["command"] == "python train.py"
     assert store.trajectory("t")["latest_score"] == 37.5
     assert [s["step_index"] for s in store.steps("t", query="TRAIN.PY")] == [3, 4]
-    ctx = store.context("t", 2)
+    ctx = context_window(store, "t", 2)
     assert [m["role"] for m in ctx["messages"]] == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assert derive_record("open_file", {"path": "a.py"}, "[a.py: lines 1-1 of 2]\n1: x") is None
 
@@ -393,7 +394,7 @@ def test_rebuilt_context_is_exactly_what_the_model_saw(tmp_path):
         store.post_step("ctx", s.index, s.action.tool, s.action.arguments, s.observation.text, step=s,
                         summary=traj.summaries[si] if si is not None else None)
     for s in traj.steps:
-        got = store.context("ctx", s.index)
+        got = context_window(store, "ctx", s.index)
         assert got["source"] == "rebuilt" and got["notes"] == []
         assert got["messages"] == policy.step_prompts[s.index], s.index
         assert got["messages"] == context_messages(traj, s.index, first_step=s.context.first_step,

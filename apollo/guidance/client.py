@@ -140,7 +140,8 @@ class GuidanceClient:
         self._enqueue({"op": "deliver", "trajectory_id": trajectory_id, "session": session,
                        "step_index": step_index, "guidance_ids": ids, "delivered_at": now})
         return [Guidance(guidance_id=r["guidance_id"], text=r["text"], author=r["author"],
-                         created_at=r["created_at"], delivered_at=now, delivered_step=step_index) for r in rows]
+                         created_at=r["created_at"], delivered_at=now, delivered_step=step_index,
+                         auth_tag=r.get("auth_tag")) for r in rows]
 
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
                   observation: str, *, step: Any = None, summary: Any = None, assistant_text: str | None = None,
@@ -196,12 +197,6 @@ class GuidanceClient:
                     return False
                 self._cv.wait(left if left is None else min(left, 0.5))
         return True
-
-    def poll_now(self) -> None:
-        """Ask the sender to poll at once (it polls every ``poll_s`` anyway)."""
-        with self._cv:
-            self._wake = True
-            self._cv.notify_all()
 
     def close(self, timeout_s: float = 30.0) -> bool:
         ok = self.flush(timeout_s)

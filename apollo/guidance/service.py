@@ -16,8 +16,9 @@ Endpoints (all under ``/api`` need a token; 401 without one, 403 with the wrong 
     GET    /api/trajectories/{tid}/steps/{i}             one step in full (model text, observation, guidance)
     GET    /api/trajectories/{tid}/steps/{i}/context     the context window the model saw at step i
     GET    /api/trajectories/{tid}/records?kind=         terminal output, file diffs, search logs
-    GET    /api/trajectories/{tid}/guidance              guidance history (pending/delivered/acknowledged)
-    GET    /api/guidance?status=                         all guidance
+    GET    /api/trajectories/{tid}/guidance              guidance history (pending/delivered/acknowledged/expired)
+    GET    /api/guidance?status=                         all guidance, newest first (the tracking list)
+    GET    /api/triage?status=running|all                the triage list (apollo.guidance.views.Triage)
     GET    /api/events?trajectory_id=&since=             live feed (Server-Sent Events, Last-Event-ID)
     POST   /api/trajectories/{tid}/guidance              annotator: send guidance (idempotent by guidance_id)
     POST   /api/agent/sync                               agent: ordered batch of ops + poll of pending guidance
@@ -27,6 +28,11 @@ Endpoints (all under ``/api`` need a token; 401 without one, 403 with the wrong 
     POST   /api/trajectories/{tid}/deliver               agent: confirm guidance injected at a step
     POST   /api/trajectories/{tid}/records               agent: post a terminal/file/search record
     POST   /api/trajectories/{tid}/end                   agent: the trajectory is over
+
+Every ``/api`` request passes :class:`apollo.guidance.gate.Gate` first: token and role are checked
+before the body is read, bodies are capped, and JSON with lone surrogates or NaN is refused (4xx);
+integers are bounded (``0 … 2**31-1``), so bad input never reaches the database as a 500. Agent
+writes carry the agent token's digest as the owner (:mod:`apollo.guidance.auth`).
 
 The live feed reads the store's ``events`` table (one poller per app, fan-out to the streams), so
 it also shows what other processes write to the same database (the rollout stage writing to the
@@ -47,19 +53,24 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Path as PathParam, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from apollo.guidance.auth import AGENT_ROLES, GUIDANCE_ROLES, READ_ROLES, Principal, TokenRegistry
-from apollo.guidance.store import GuidanceStore, StoreError
+from apollo.guidance.gate import COOKIE, Gate, token_of
+from apollo.guidance.store import MAX_INDEX, GuidanceStore, StoreError
+from apollo.guidance.views import Triage, context_window, guidance_tracking
 
 log = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).parent / "web"
-COOKIE = "apollo_session"
-UI_HEADER = "x-apollo-ui"  # cookie-authenticated writes must carry it (CSRF: a form cannot set headers)
+Index = Annotated[int, PathParam(ge=0, le=MAX_INDEX)]
+Since = Annotated[int, Query(ge=0, le=MAX_INDEX)]
+Num = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
@@ -67,63 +78,68 @@ GUIDANCE_ID = r"^[A-Za-z0-9_.:-]{8,64}$"
 
 
 # --- request bodies -------------------------------------------------------------------------------
-class LoginIn(BaseModel):
-    token: str | None = None
+class _In(BaseModel):
+    model_config = ConfigDict(strict=True)  # no "3" for 3, no 1.0 for 1: wrong types are a 422
 
 
-class GuidanceIn(BaseModel):
+class LoginIn(_In):
+    token: str | None = Field(default=None, max_length=512)
+
+
+class GuidanceIn(_In):
     text: str = Field(min_length=1, max_length=20_000)
     guidance_id: str | None = Field(default=None, pattern=GUIDANCE_ID)
-    delay_s: float = Field(default=0.0, ge=0.0, le=86_400.0)
+    delay_s: float = Field(default=0.0, ge=0.0, le=86_400.0, allow_inf_nan=False)
+    at_step: int | None = Field(default=None, ge=0, le=MAX_INDEX)
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
-class RegisterIn(BaseModel):
+class RegisterIn(_In):
     trajectory_id: str = Field(min_length=1, max_length=255)
     task_id: str = Field(min_length=1, max_length=255)
     meta: dict[str, Any] = Field(default_factory=dict)
     session: str | None = Field(default=None, max_length=64)
 
 
-class StepIn(BaseModel):
-    tool: str | None = None
+class StepIn(_In):
+    tool: str | None = Field(default=None, max_length=255)
     arguments: dict[str, Any] = Field(default_factory=dict)
     observation: str = ""
     assistant_text: str = ""
     detail: dict[str, Any] = Field(default_factory=dict)
-    guidance_ids: list[str] | None = None
-    session: str | None = None
+    guidance_ids: list[str] | None = Field(default=None, max_length=1000)
+    session: str | None = Field(default=None, max_length=64)
 
 
-class TakeIn(BaseModel):
-    step_index: int = Field(ge=0)
+class TakeIn(_In):
+    step_index: int = Field(ge=0, le=MAX_INDEX)
 
 
-class DeliverIn(BaseModel):
-    step_index: int = Field(ge=0)
-    guidance_ids: list[str]
-    delivered_at: float | None = None
-    session: str | None = None
+class DeliverIn(_In):
+    step_index: int = Field(ge=0, le=MAX_INDEX)
+    guidance_ids: list[str] = Field(max_length=1000)
+    delivered_at: Num | None = None
+    session: str | None = Field(default=None, max_length=64)
 
 
-class RecordIn(BaseModel):
+class RecordIn(_In):
     kind: str = Field(pattern=r"^(terminal|file|search)$")
     data: dict[str, Any]
-    step_index: int | None = None
+    step_index: int | None = Field(default=None, ge=0, le=MAX_INDEX)
     key: str | None = Field(default=None, max_length=200)
-    ref: str = ""
-    session: str | None = None
+    ref: str = Field(default="", max_length=1024)
+    session: str | None = Field(default=None, max_length=64)
 
 
-class EndIn(BaseModel):
-    status: str = Field(default="finished", max_length=32)
-    final_score: float | None = None
-    session: str | None = None
+class EndIn(_In):
+    status: str = Field(default="finished", pattern=r"^(finished|error|killed|timeout|cancelled)$")
+    final_score: Num | None = None
+    session: str | None = Field(default=None, max_length=64)
 
 
-class SyncIn(BaseModel):
+class SyncIn(_In):
     ops: list[dict[str, Any]] = Field(default_factory=list, max_length=2000)
-    poll: list[str] = Field(default_factory=list, max_length=2000)
+    poll: list[Annotated[str, Field(max_length=255)]] = Field(default_factory=list, max_length=2000)
 
 
 # --- live feed -------------------------------------------------------------------------------------
@@ -175,9 +191,14 @@ def _sse(event_id: int, kind: str, data: dict[str, Any]) -> str:
 
 
 # --- the app ---------------------------------------------------------------------------------------
-def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, event_poll_s: float = 0.2) -> FastAPI:
+def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, event_poll_s: float = 0.2,
+               lost_after_s: float = 30.0, caps: dict[str, int] | None = None) -> FastAPI:
+    """The app. ``lost_after_s``: a running rollout whose worker has not been heard of for that long
+    is shown as lost; ``caps``: body caps by route class (:data:`apollo.guidance.gate.CAPS`)."""
     store = store if isinstance(store, GuidanceStore) else GuidanceStore(store)
     hub = EventHub(store, event_poll_s)
+    triage = Triage(store, lost_after_s=lost_after_s)
+    beats: dict[str, float] = {}  # trajectory -> last heartbeat written or implied by a write
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -189,6 +210,7 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
     app = FastAPI(title="Apollo guidance service", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")
     app.state.store, app.state.tokens, app.state.hub = store, tokens, hub
+    app.add_middleware(Gate, tokens=tokens, caps=caps)  # before the body is read (inside the headers below)
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next: Any) -> Response:
@@ -205,23 +227,11 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
     async def store_error(_request: Request, exc: StoreError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
-    def authenticate(request: Request) -> Principal:
-        auth = request.headers.get("authorization") or ""
-        if auth[:7].lower() == "bearer ":
-            token, via = auth[7:].strip(), "bearer"
-        else:
-            token, via = request.cookies.get(COOKIE), "cookie"
-        p = tokens.lookup(token)
-        if p is None:
-            raise HTTPException(401, "a valid token is required", headers={"WWW-Authenticate": "Bearer"})
-        if via == "cookie" and request.method not in ("GET", "HEAD", "OPTIONS") and \
-                request.headers.get(UI_HEADER) != "1":
-            raise HTTPException(403, f"cookie-authenticated writes need the {UI_HEADER} header")
-        return p
-
     def role(allowed: frozenset[str]) -> Any:
         def dep(request: Request) -> Principal:
-            p = authenticate(request)
+            p = getattr(request.state, "principal", None)  # the gate authenticated it
+            if p is None:
+                raise HTTPException(401, "a valid token is required", headers={"WWW-Authenticate": "Bearer"})
             if p.role not in allowed:
                 raise HTTPException(403, f"role {p.role!r} may not do this (needs {' or '.join(sorted(allowed))})")
             return p
@@ -242,8 +252,8 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
 
     @app.post("/api/session")
     def login(request: Request, response: Response, body: LoginIn | None = None) -> dict[str, str]:
-        auth = request.headers.get("authorization") or ""
-        token = (body.token if body and body.token else None) or (auth[7:].strip() if auth[:7].lower() == "bearer " else None)
+        bearer, via = token_of({"authorization": request.headers.get("authorization") or ""}, {})
+        token = (body.token if body and body.token else None) or (bearer if via == "bearer" else None)
         p = tokens.lookup(token)
         if p is None:
             raise HTTPException(401, "unknown token")
@@ -274,11 +284,18 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         out = []
         for t in rows:
             meta = t.pop("meta", {}) or {}
-            t["domain"] = meta.get("domain")
-            t["max_steps"] = meta.get("max_steps")
-            t["policy_id"] = meta.get("policy_id")
+            for k in ("domain", "max_steps", "policy_id"):
+                v = meta.get(k)
+                t[k] = v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else None
+            t.pop("heartbeat_at", None)
             out.append(_with_elapsed(t))
         return out
+
+    @app.get("/api/triage")
+    def get_triage(status: str = Query("running", pattern="^(running|all|finished|error)$"),
+                   _p: Principal = reader) -> dict[str, Any]:
+        rows = triage.rows(None if status == "all" else status)
+        return {"rows": rows, "server_time": time.time(), "lost_after_s": triage.lost_after_s}
 
     @app.get("/api/trajectories/{tid}")
     def get_trajectory(tid: str, _p: Principal = reader) -> dict[str, Any]:
@@ -290,7 +307,7 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         return _with_elapsed(t)
 
     @app.get("/api/trajectories/{tid}/steps")
-    def get_steps(tid: str, since: int = 0, q: str | None = Query(None, max_length=200), full: bool = False,
+    def get_steps(tid: str, since: Since = 0, q: str | None = Query(None, max_length=200), full: bool = False,
                   _p: Principal = reader) -> list[dict[str, Any]]:
         rows = store.steps(tid, since, full=full, query=q or None)
         for r in rows:  # an agent-reported context window is served by .../context only
@@ -300,34 +317,35 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         return rows
 
     @app.get("/api/trajectories/{tid}/steps/{i}")
-    def get_step(tid: str, i: int, _p: Principal = reader) -> dict[str, Any]:
+    def get_step(tid: str, i: Index, _p: Principal = reader) -> dict[str, Any]:
         s = store.step(tid, i)
         s["guidance"] = [g for g in store.guidance(tid) if g["delivered_step"] == i and g["status"] == "delivered"]
         return s
 
     @app.get("/api/trajectories/{tid}/steps/{i}/context")
-    def get_context(tid: str, i: int, _p: Principal = reader) -> dict[str, Any]:
-        return store.context(tid, i)
+    def get_context(tid: str, i: Index, _p: Principal = reader) -> dict[str, Any]:
+        return context_window(store, tid, i)
 
     @app.get("/api/trajectories/{tid}/records")
-    def get_records(tid: str, kind: str | None = Query(None, pattern="^(terminal|file|search)$"), since_id: int = 0,
+    def get_records(tid: str, kind: str | None = Query(None, pattern="^(terminal|file|search)$"), since_id: Since = 0,
                     _p: Principal = reader) -> list[dict[str, Any]]:
         return store.records(tid, kind, since_id)
 
     @app.get("/api/trajectories/{tid}/guidance")
     def get_guidance(tid: str, _p: Principal = reader) -> list[dict[str, Any]]:
-        return store.guidance(tid)
+        return [{k: v for k, v in g.items() if k != "auth_tag"} for g in store.guidance(tid)]
 
     @app.get("/api/guidance")
-    def all_guidance(status: str | None = Query(None, pattern="^(pending|delivered)$"),
+    def all_guidance(status: str | None = Query(None, pattern="^(pending|delivered|expired|rejected)$"),
                      _p: Principal = reader) -> list[dict[str, Any]]:
-        return store.guidance(None, status)
+        return [g for g in guidance_tracking(store) if status is None or g["status"] == status]
 
     @app.get("/api/events")
-    async def events(request: Request, trajectory_id: str | None = None, since: int | None = None,
+    async def events(request: Request, trajectory_id: str | None = None, since: Annotated[int | None, Query(ge=0, le=MAX_INDEX)] = None,
                      _p: Principal = reader) -> StreamingResponse:
         last_id = request.headers.get("last-event-id")
-        start = since if since is not None else (int(last_id) if last_id and last_id.isdigit() else hub.head)
+        start = since if since is not None else (
+            int(last_id) if last_id and last_id.isdigit() and len(last_id) < 12 else hub.head)
 
         async def stream() -> AsyncIterator[str]:
             last = start
@@ -361,55 +379,98 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
             response.status_code = 200  # a retry of a message accepted while it was running
             return old
         row = store.add_guidance(tid, body.text, author=p.name, delay_s=body.delay_s, meta=body.meta,
-                                 guidance_id=body.guidance_id)
+                                 guidance_id=body.guidance_id, at_step=body.at_step)
         if not row.pop("created"):
             response.status_code = 200  # a retry of an accepted message
+        row.pop("auth_tag", None)
         return row
 
     # -- agent writes -----------------------------------------------------------------------------
     @app.post("/api/agent/sync")
-    def agent_sync(body: SyncIn, _p: Principal = agent) -> dict[str, Any]:
-        results = store.apply_ops(body.ops) if body.ops else []
-        return {"results": results, "pending": store.pending(body.poll) if body.poll else {},
-                "server_time": time.time()}
+    def agent_sync(body: SyncIn, p: Principal = agent) -> dict[str, Any]:
+        results = store.apply_ops(body.ops, owner=p.key) if body.ops else []
+        pending = store.pending(body.poll, owner=p.key) if body.poll else {}
+        now = time.time()
+        wrote = {op.get("trajectory_id") for op in body.ops}  # their updated_at moved already
+        for t in wrote:
+            if t in pending:
+                beats[t] = now
+        # the poll is the worker's heartbeat: written at most every 10 s per rollout (lost after 30 s)
+        due = [t for t in pending if now - beats.get(t, 0.0) > 10.0]
+        if due:
+            beats.update(dict.fromkeys(due, now))
+            store.heartbeat(due)
+        return {"results": results, "pending": pending, "server_time": now}
 
     @app.post("/api/trajectories", status_code=201)
-    def register(body: RegisterIn, _p: Principal = agent) -> dict[str, Any]:
-        return store.register(body.trajectory_id, body.task_id, meta=body.meta, session=body.session)
+    def register(body: RegisterIn, p: Principal = agent) -> dict[str, Any]:
+        return store.register(body.trajectory_id, body.task_id, meta=body.meta, session=body.session, owner=p.key)
 
     @app.put("/api/trajectories/{tid}/steps/{i}")
-    def put_step(tid: str, i: int, body: StepIn, _p: Principal = agent) -> dict[str, Any]:
+    def put_step(tid: str, i: Index, body: StepIn, p: Principal = agent) -> dict[str, Any]:
         return store.post_step(tid, i, body.tool, body.arguments, body.observation,
                                assistant_text=body.assistant_text, detail=body.detail,
-                               guidance_ids=body.guidance_ids, session=body.session)
+                               guidance_ids=body.guidance_ids, session=body.session, owner=p.key)
 
     @app.post("/api/trajectories/{tid}/take")
-    def take(tid: str, body: TakeIn, _p: Principal = agent) -> list[dict[str, Any]]:
-        return [g.model_dump() for g in store.take_pending(tid, body.step_index)]
+    def take(tid: str, body: TakeIn, p: Principal = agent) -> list[dict[str, Any]]:
+        return [g.model_dump() for g in store.take_pending(tid, body.step_index, owner=p.key)]
 
     @app.post("/api/trajectories/{tid}/deliver")
-    def deliver(tid: str, body: DeliverIn, _p: Principal = agent) -> list[dict[str, Any]]:
-        return store.deliver(tid, body.step_index, body.guidance_ids, body.delivered_at, body.session)
+    def deliver(tid: str, body: DeliverIn, p: Principal = agent) -> list[dict[str, Any]]:
+        rows = store.deliver(tid, body.step_index, body.guidance_ids, body.delivered_at, body.session, owner=p.key)
+        return [{k: v for k, v in r.items() if k != "auth_tag"} for r in rows]
 
     @app.post("/api/trajectories/{tid}/records", status_code=201)
-    def post_record(tid: str, body: RecordIn, _p: Principal = agent) -> dict[str, int]:
+    def post_record(tid: str, body: RecordIn, p: Principal = agent) -> dict[str, int]:
         return {"created": store.post_record(tid, body.kind, body.data, step_index=body.step_index,
-                                             key=body.key, ref=body.ref, session=body.session)}
+                                             key=body.key, ref=body.ref, session=body.session, owner=p.key)}
 
     @app.post("/api/trajectories/{tid}/end")
-    def end(tid: str, body: EndIn, _p: Principal = agent) -> dict[str, bool]:
-        store.end(tid, body.status, final_score=body.final_score, session=body.session)
+    def end(tid: str, body: EndIn, p: Principal = agent) -> dict[str, bool]:
+        store.end(tid, body.status, final_score=body.final_score, session=body.session, owner=p.key)
         return {"ok": True}
 
     return app
 
 
 # --- running it ------------------------------------------------------------------------------------
-def _uvicorn_config(app: FastAPI, host: str, port: int, log_level: str, access_log: bool) -> Any:
+def _uvicorn_config(app: FastAPI, host: str, port: int, log_level: str, access_log: bool,
+                    tls: tuple[str, str] | None = None) -> Any:
     import uvicorn
 
+    kw: dict[str, Any] = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                          timeout_graceful_shutdown=3, lifespan="on", ws="none")
+                          timeout_graceful_shutdown=3, lifespan="on", ws="none", **kw)
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(host: str, tls_cert: str | None, tls_key: str | None, insecure_http: bool) -> tuple[str, str] | None:
+    """The (cert, key) to serve with, or None for plain HTTP; raises ValueError when refused.
+
+    Tokens and the session cookie travel in every request: plain HTTP is allowed on loopback only
+    (or behind a TLS-terminating reverse proxy, with ``--insecure-http``)."""
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if tls_cert and tls_key:
+        for f in (tls_cert, tls_key):
+            if not Path(f).is_file():
+                raise ValueError(f"{f}: no such file")
+        return tls_cert, tls_key
+    if not is_loopback(host) and not insecure_http:
+        raise ValueError(f"refusing plain HTTP on {host}: tokens would cross the network in clear. Give "
+                         f"--tls-cert/--tls-key, or put a TLS reverse proxy in front and pass --insecure-http")
+    return None
 
 
 @contextlib.contextmanager
@@ -450,8 +511,20 @@ def cli_serve(args: Any) -> int:
         print(tok)  # shown once; only its digest is kept
         print(f"# {role} token added to {token_file}", flush=True)
         return 0
+    try:
+        tls = check_transport(args.host, getattr(args, "tls_cert", None), getattr(args, "tls_key", None),
+                              bool(getattr(args, "insecure_http", False)))
+    except ValueError as e:
+        print(f"apollo serve: {e}", flush=True)
+        return 2
+    demo_n = int(getattr(args, "demo", 0) or 0)
     db = args.db or os.environ.get("APOLLO_GUIDANCE_DB") or str(paths.guidance_store)
+    if demo_n and not args.db:
+        db = str(paths.data / "store" / "demo.sqlite")  # the demo never mixes with real rollouts
     tokens = TokenRegistry(token_file=token_file)
+    demo_token = None
+    if demo_n:
+        demo_token = tokens.issue("annotator", "demo-annotator")
     if not len(tokens):
         print(f"apollo serve: no tokens. Set APOLLO_ANNOTATOR_TOKEN / APOLLO_VIEWER_TOKEN / APOLLO_AGENT_TOKEN, "
               f"or create one: apollo serve --new-token annotator:alice (writes {token_file})", flush=True)
@@ -459,8 +532,22 @@ def cli_serve(args: Any) -> int:
     import uvicorn
 
     store = GuidanceStore(db)
-    app = create_app(store, tokens)
-    log.info("guidance service on http://%s:%d (store %s, %d tokens)", args.host, args.port,
+    app = create_app(store, tokens, lost_after_s=float(getattr(args, "lost_after_s", 30.0) or 30.0))
+    scheme = "https" if tls else "http"
+    log.info("guidance service on %s://%s:%d (store %s, %d tokens)", scheme, args.host, args.port,
              store.url.split("@")[-1], len(tokens))
-    uvicorn.Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log)).run()
+    demo = None
+    if demo_n:
+        from apollo.guidance.demo import Demo
+
+        demo = Demo(db, demo_n, step_s=float(getattr(args, "demo_step_s", 3.0) or 3.0)).start()
+        print(f"demo: {demo_n} simulated agents. Open {scheme}://{args.host}:{args.port}/ and log in with "
+              f"this annotator token (valid while this process runs):\n{demo_token}", flush=True)
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            await super().shutdown(sockets)
+            if demo is not None:  # here, not after run(): uvicorn re-raises SIGTERM when run() ends
+                await asyncio.to_thread(demo.stop)
+
+    Server(_uvicorn_config(app, args.host, args.port, args.log_level, not args.no_access_log, tls)).run()
     return 0

@@ -9,7 +9,11 @@ Guidance life cycle::
     pending ──take/deliver at a step boundary──▶ delivered (trajectory, step index, time)
             ──the step is posted──▶ acknowledged (the message is part of a recorded step)
 
-``status`` is ``pending`` or ``delivered``; ``acknowledged_at`` marks the acknowledgement. A
+``status`` is ``pending``, ``delivered``, ``expired`` (the trajectory ended before a step boundary
+took it; a resumed trajectory makes it pending again) or ``rejected`` (its authentication tag is
+missing or wrong: it was not written by the annotator path, see :mod:`apollo.guidance.auth`; never
+delivered, counted in :meth:`GuidanceStore.guidance_counts`); ``acknowledged_at`` marks the
+acknowledgement. A
 delivery that is never acknowledged (the agent died between taking the message and recording the
 step) is *provisional*: :meth:`GuidanceStore.register` of the same trajectory (a resumed agent) and
 :meth:`GuidanceStore.end` put it back to ``pending`` (``attempts`` counts the tries), so a message
@@ -25,11 +29,20 @@ are refused (:class:`StaleSession`), so a zombie agent cannot deliver or record 
 
 Every change also appends a row to ``events``: the service's live feed (SSE) reads it, which works
 across processes and across service restarts.
+
+Ownership: writes that carry an ``owner`` (the service passes the agent token's digest) are refused
+(:class:`Forbidden`) on a trajectory another owner registered. Liveness: ``heartbeat_at`` is refreshed
+while the registering process is alive (the service on each agent poll; a process writing to the
+store directly by a background thread), so a rollout whose worker died without ending it shows as
+*lost* (:mod:`apollo.guidance.views`).
+
+This module only stores; what the UI derives from the rows (context windows, the triage list) is in
+:mod:`apollo.guidance.views`.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import threading
 import time
@@ -40,14 +53,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Column,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
     and_,
     create_engine,
     event,
@@ -65,141 +70,40 @@ from sqlalchemy.pool import StaticPool
 from apollo.guidance.records import derive_record, score_of
 from apollo.schema import Guidance
 
-metadata = MetaData()
+log = logging.getLogger(__name__)
 
-trajectories_t = Table(
-    "trajectories", metadata,
-    Column("trajectory_id", String(255), primary_key=True),
-    Column("task_id", String(255), nullable=False),
-    Column("status", String(32), nullable=False),
-    Column("started_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
-    Column("ended_at", Float),
-    Column("session", String(64), nullable=False, server_default=""),
-    Column("epoch", Integer, nullable=False, server_default="0"),
-    Column("step_count", Integer, nullable=False, server_default="0"),
-    Column("latest_score", Float),
-    Column("final_score", Float),
-    Column("meta", Text, nullable=False, server_default="{}"),
+from apollo.guidance.tables import (  # noqa: F401  (re-exported: the store's public names)
+    _ENGINES,
+    _ENGINES_LOCK,
+    MAX_INDEX,
+    Forbidden,
+    NotFound,
+    StaleSession,
+    StoreError,
+    _guidance_dict,
+    _j,
+    _meta,
+    _sqlite_on_begin,
+    _sqlite_on_connect,
+    _unj,
+    as_index,
+    db_url,
+    events_t,
+    guidance_state,
+    guidance_t,
+    metadata,
+    records_t,
+    steps_t,
+    trajectories_t,
 )
-
-steps_t = Table(
-    "steps", metadata,
-    Column("trajectory_id", String(255), primary_key=True),
-    Column("step_index", Integer, primary_key=True, autoincrement=False),
-    Column("tool", String(255)),
-    Column("arguments", Text, nullable=False),
-    Column("observation", Text, nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("assistant_text", Text, nullable=False, server_default=""),
-    Column("detail", Text, nullable=False, server_default="{}"),
-)
-
-guidance_t = Table(
-    "guidance", metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("guidance_id", String(64), unique=True, nullable=False),
-    Column("trajectory_id", String(255), nullable=False),
-    Column("text", Text, nullable=False),
-    Column("author", String(255), nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("available_at", Float, nullable=False),
-    Column("status", String(32), nullable=False, server_default="pending"),
-    Column("delivered_at", Float),
-    Column("delivered_step", Integer),
-    Column("meta", Text, nullable=False, server_default="{}"),
-    Column("acknowledged_at", Float),
-    Column("attempts", Integer, nullable=False, server_default="0"),
-    Index("guidance_pending", "trajectory_id", "status", "available_at"),
-    sqlite_autoincrement=True,
-)
-
-records_t = Table(
-    "records", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("trajectory_id", String(255), nullable=False),
-    Column("step_index", Integer),
-    Column("kind", String(32), nullable=False),
-    Column("ref", String(1024), nullable=False, server_default=""),
-    Column("key", String(255), nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("data", Text, nullable=False),
-    Index("records_key", "trajectory_id", "key", unique=True),
-    Index("records_kind", "trajectory_id", "kind", "ref"),
-    sqlite_autoincrement=True,
-)
-
-events_t = Table(
-    "events", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("trajectory_id", String(255)),
-    Column("kind", String(32), nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("data", Text, nullable=False, server_default="{}"),
-    Index("events_traj", "trajectory_id", "id"),
-    sqlite_autoincrement=True,
-)
-
-
-_ENGINES: dict[tuple[Any, ...], tuple[Engine, threading.Lock | None]] = {}
-_ENGINES_LOCK = threading.Lock()
-
-
-class StoreError(ValueError):
-    """A request the store refuses (the service answers 4xx)."""
-
-    status = 400
-
-
-class NotFound(StoreError):
-    status = 404
-
-
-class StaleSession(StoreError):
-    """A write from an agent session that a resumed agent has replaced."""
-
-    status = 409
-
-
-def db_url(db: str | Path) -> str:
-    """A SQLAlchemy URL from a URL or a file path (a path means SQLite)."""
-    s = str(db)
-    if "://" in s:
-        return s
-    return f"sqlite:///{Path(s).expanduser().resolve()}"
-
-
-def _j(v: Any) -> str:
-    return json.dumps(v, default=str, ensure_ascii=False)
-
-
-def _unj(s: str | None, default: Any = None) -> Any:
-    if not s:
-        return {} if default is None else default
-    try:
-        return json.loads(s)
-    except ValueError:
-        return {} if default is None else default
-
-
-def guidance_state(row: dict[str, Any]) -> str:
-    if row.get("status") == "delivered":
-        return "acknowledged" if row.get("acknowledged_at") is not None else "delivered"
-    return "pending"
-
-
-def _guidance_dict(r: Any) -> dict[str, Any]:
-    d = dict(r._mapping)
-    d["meta"] = _unj(d.get("meta"))
-    d["state"] = guidance_state(d)
-    return d
 
 
 class GuidanceStore:
     """The store; open it with a file path (SQLite) or a SQLAlchemy URL (PostgreSQL)."""
 
-    def __init__(self, path: str | Path, *, pool_size: int = 8):
+    def __init__(self, path: str | Path, *, pool_size: int = 8, key: bytes | None = None):
         self.url = db_url(path)
+        self._key = key
         self.is_sqlite = self.url.startswith("sqlite")
         self.path: Path | None = None
         if self.is_sqlite:
@@ -297,10 +201,93 @@ class GuidanceStore:
                 del _ENGINES[k]
         self.engine.dispose()
 
+    @property
+    def key(self) -> bytes:
+        """The guidance HMAC key (:func:`apollo.guidance.auth.load_key`), loaded on first use."""
+        if self._key is None:
+            from apollo.guidance.auth import load_key
+
+            self._key = load_key(db_url=self.url)
+        return self._key
+
+    def _authentic(self, c: Connection, trajectory_id: str, rows: list[Any]) -> list[Any]:
+        """The rows whose tag verifies; the others are marked ``rejected`` (never delivered)."""
+        from apollo.guidance.auth import verify_row
+
+        good, bad = [], []
+        for r in rows:
+            (good if verify_row(dict(r._mapping), self.key) else bad).append(r)
+        if bad:
+            g = guidance_t
+            c.execute(update(g).where(and_(g.c.guidance_id.in_([r.guidance_id for r in bad]),
+                                           g.c.status == "pending")).values(status="rejected"))
+            for r in bad:
+                log.warning("guidance %s of %s refused: not authenticated", r.guidance_id, trajectory_id)
+                self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="rejected")
+        return good
+
+    def heartbeat(self, trajectory_ids: Iterable[str]) -> None:
+        """The workers of these running trajectories are alive."""
+        ids = list(dict.fromkeys(trajectory_ids))
+        if ids:
+            t = trajectories_t
+            with self._write() as c:
+                c.execute(update(t).where(and_(t.c.trajectory_id.in_(ids), t.c.status == "running"))
+                          .values(heartbeat_at=time.time()))
+
+    def guidance_counts(self) -> dict[str, int]:
+        """Guidance rows per state (``rejected``: unauthenticated rows refused)."""
+        g = guidance_t
+        with self._read() as c:
+            rows = c.execute(select(g.c.status, (g.c.acknowledged_at.is_not(None)).label("ack"), func.count())
+                             .group_by(g.c.status, "ack")).all()
+        out = {k: 0 for k in ("pending", "delivered", "acknowledged", "expired", "rejected")}
+        for st, ack, n in rows:
+            out[guidance_state({"status": st, "acknowledged_at": 1 if ack else None})] += n
+        return out
+
+    def guidance_counts_by_trajectory(self) -> dict[str, dict[str, int]]:
+        """Guidance rows per trajectory and state."""
+        g = guidance_t
+        with self._read() as c:
+            rows = c.execute(select(g.c.trajectory_id, g.c.status, (g.c.acknowledged_at.is_not(None)).label("ack"),
+                                    func.count()).group_by(g.c.trajectory_id, g.c.status, "ack")).all()
+        out: dict[str, dict[str, int]] = {}
+        for tid, st, ack, n in rows:
+            d = out.setdefault(tid, {})
+            k = guidance_state({"status": st, "acknowledged_at": 1 if ack else None})
+            d[k] = d.get(k, 0) + n
+        return out
+
+    @staticmethod
+    def _check_owner(c: Connection, trajectory_id: str, owner: str | None) -> None:
+        if not owner:
+            return
+        row = c.execute(select(trajectories_t.c.owner).where(trajectories_t.c.trajectory_id == trajectory_id)).first()
+        if row is not None and row.owner and row.owner != owner:
+            raise Forbidden(f"trajectory {trajectory_id!r} belongs to another agent token")
+
     @staticmethod
     def _event(c: Connection, kind: str, trajectory_id: str | None, **data: Any) -> None:
         c.execute(insert(events_t).values(trajectory_id=trajectory_id, kind=kind, created_at=time.time(),
                                           data=_j(data)))
+
+    @staticmethod
+    def _guard(c: Connection, trajectory_id: str, session: str | None, owner: str | None) -> dict[str, Any] | None:
+        """One read of the trajectory for the owner and session checks (None: no check asked, or an
+        unregistered trajectory without a session)."""
+        if not session and not owner:
+            return None
+        row = c.execute(select(trajectories_t).where(trajectories_t.c.trajectory_id == trajectory_id)).first()
+        if row is None:
+            if session:
+                raise NotFound(f"trajectory {trajectory_id!r} is not registered")
+            return None
+        if owner and row.owner and row.owner != owner:
+            raise Forbidden(f"trajectory {trajectory_id!r} belongs to another agent token")
+        if session and row.session and row.session != session:
+            raise StaleSession(f"trajectory {trajectory_id!r} was resumed by another agent session")
+        return dict(row._mapping)
 
     @staticmethod
     def _check_session(c: Connection, trajectory_id: str, session: str | None) -> dict[str, Any]:
@@ -313,17 +300,29 @@ class GuidanceStore:
 
     # --- agent side -------------------------------------------------------------------------
     def register(self, trajectory_id: str, task_id: str, *, meta: dict[str, Any] | None = None,
-                 session: str | None = None) -> dict[str, Any]:
+                 session: str | None = None, owner: str | None = None) -> dict[str, Any]:
         """Start (or resume) a trajectory.
 
         Resuming puts back to ``pending`` what was delivered to the previous session but never
         acknowledged. Returns ``{"session", "epoch", "next_step", "requeued", "resumed"}``.
         """
         with self._write() as c:
-            return self._register(c, trajectory_id, task_id, meta, session)
+            res = self._register(c, trajectory_id, task_id, meta, session, owner)
+        if owner is None:
+            _LIVE.add(self, trajectory_id)  # this process writes the store directly: keep it alive
+        return res
 
     def _register(self, c: Connection, trajectory_id: str, task_id: str, meta: dict[str, Any] | None,
-                  session: str | None) -> dict[str, Any]:
+                  session: str | None, owner: str | None = None) -> dict[str, Any]:
+        if not isinstance(trajectory_id, str) or not trajectory_id or len(trajectory_id) > 255:
+            raise StoreError("trajectory_id must be a non-empty string of at most 255 characters")
+        if not isinstance(task_id, str) or not task_id or len(task_id) > 255:
+            raise StoreError("task_id must be a non-empty string of at most 255 characters")
+        if meta is not None and not isinstance(meta, dict):
+            raise StoreError(f"meta must be an object, not {type(meta).__name__}")
+        if session is not None and (not isinstance(session, str) or len(session) > 64):
+            raise StoreError("session must be a string of at most 64 characters")
+        self._check_owner(c, trajectory_id, owner)
         now = time.time()
         session = session or uuid.uuid4().hex
         t = trajectories_t
@@ -336,25 +335,28 @@ class GuidanceStore:
             epoch, step_count = 1, 0
             c.execute(insert(t).values(trajectory_id=trajectory_id, task_id=task_id, status="running",
                                        started_at=now, updated_at=now, session=session, epoch=epoch,
-                                       meta=_j(meta or {})))
+                                       meta=_j(meta or {}), owner=owner or "", heartbeat_at=now))
         else:
             epoch = (row.epoch or 0) + 1
-            merged = {**_unj(row.meta), **(meta or {})}
+            merged = {**_meta(row.meta), **(meta or {})}
             step_count = c.execute(select(func.count()).select_from(steps_t)
                                    .where(steps_t.c.trajectory_id == trajectory_id)).scalar_one()
             c.execute(update(t).where(t.c.trajectory_id == trajectory_id).values(
                 task_id=task_id, status="running", updated_at=now, ended_at=None, session=session,
-                epoch=epoch, meta=_j(merged), step_count=step_count))
-            requeued = self._requeue(c, trajectory_id)
+                epoch=epoch, meta=_j(merged), step_count=step_count, heartbeat_at=now))
+            requeued = self._requeue(c, trajectory_id, "expired")
         self._event(c, "trajectory", trajectory_id, status="running", epoch=epoch, requeued=requeued)
         return {"session": session, "epoch": epoch, "next_step": step_count, "requeued": requeued,
                 "resumed": row is not None}
 
-    def _requeue(self, c: Connection, trajectory_id: str) -> int:
+    def _requeue(self, c: Connection, trajectory_id: str, also: str | None = None) -> int:
+        """Unacknowledged deliveries (and ``also``: expired rows, on resume) back to pending."""
         g = guidance_t
+        cond = and_(g.c.status == "delivered", g.c.acknowledged_at.is_(None))
+        if also:
+            cond = or_(cond, g.c.status == also)
         rows = c.execute(
-            update(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "delivered",
-                                 g.c.acknowledged_at.is_(None)))
+            update(g).where(and_(g.c.trajectory_id == trajectory_id, cond))
             .values(status="pending", delivered_at=None, delivered_step=None, attempts=g.c.attempts + 1)
             .returning(g.c.guidance_id)
         ).all()
@@ -365,7 +367,7 @@ class GuidanceStore:
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
                   observation: str, *, assistant_text: str | None = None, detail: dict[str, Any] | None = None,
                   guidance_ids: list[str] | None = None, session: str | None = None,
-                  step: Any = None, summary: Any = None) -> dict[str, Any]:
+                  step: Any = None, summary: Any = None, owner: str | None = None) -> dict[str, Any]:
         """Record a finished step (idempotent by index) and acknowledge the guidance delivered at it.
 
         ``step`` (an :class:`apollo.schema.Step`) or ``assistant_text``/``detail`` add what the
@@ -380,15 +382,24 @@ class GuidanceStore:
         with self._write() as c:
             return self._post_step(c, trajectory_id, step_index, tool, arguments, observation,
                                    assistant_text or "", detail or {}, guidance_ids, session,
-                                   summary_dict(summary))
+                                   summary_dict(summary), owner)
 
     def _post_step(self, c: Connection, trajectory_id: str, step_index: int, tool: str | None,
                    arguments: dict[str, Any], observation: str, assistant_text: str, detail: dict[str, Any],
                    guidance_ids: list[str] | None, session: str | None,
-                   summary: dict[str, Any] | None = None) -> dict[str, Any]:
+                   summary: dict[str, Any] | None = None, owner: str | None = None) -> dict[str, Any]:
         now = time.time()
-        step_index = int(step_index)
-        traj = self._check_session(c, trajectory_id, session) if session else None
+        step_index = as_index(step_index)
+        if tool is not None and not isinstance(tool, str):
+            raise StoreError("tool must be a string or null")
+        if not isinstance(arguments or {}, dict) or not isinstance(detail or {}, dict):
+            raise StoreError("arguments and detail must be objects")
+        if not isinstance(observation or "", str) or not isinstance(assistant_text or "", str):
+            raise StoreError("observation and assistant_text must be strings")
+        if guidance_ids is not None and not (isinstance(guidance_ids, list)
+                                             and all(isinstance(x, str) for x in guidance_ids)):
+            raise StoreError("guidance_ids must be a list of strings")
+        traj = self._guard(c, trajectory_id, session, owner)
         s = steps_t
         values = dict(tool=tool, arguments=_j(arguments or {}), observation=observation or "",
                       created_at=now, assistant_text=assistant_text, detail=_j(detail))
@@ -402,9 +413,12 @@ class GuidanceStore:
         # acknowledge: what was delivered at this step (plus ids the agent says it injected here)
         g = guidance_t
         if guidance_ids:
-            c.execute(update(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
-                                           g.c.guidance_id.in_(guidance_ids)))
-                      .values(status="delivered", delivered_step=step_index, delivered_at=now))
+            cand = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
+                                                  g.c.guidance_id.in_(guidance_ids)))).all()
+            ok = [r.guidance_id for r in self._authentic(c, trajectory_id, cand)]
+            if ok:
+                c.execute(update(g).where(g.c.guidance_id.in_(ok))
+                          .values(status="delivered", delivered_step=step_index, delivered_at=now))
         cond = [g.c.trajectory_id == trajectory_id, g.c.status == "delivered", g.c.acknowledged_at.is_(None),
                 g.c.delivered_step == step_index]
         acked = c.execute(update(g).where(and_(*cond)).values(acknowledged_at=now)
@@ -418,6 +432,8 @@ class GuidanceStore:
             self._insert_record(c, trajectory_id, "summary", summary, step_index=summary.get("before_step"),
                                 key=f"summary:{summary['index']}", ref=str(summary["index"]))
         score = detail.get("score") if isinstance(detail.get("score"), (int, float)) else score_of(tool, observation)
+        if score is not None and not (isinstance(score, (int, float)) and -1e12 < float(score) < 1e12):
+            score = None
         t = trajectories_t
         bigger = func.max if self.is_sqlite else func.greatest  # scalar max of two values
         upd: dict[str, Any] = {"updated_at": now, "step_count": bigger(t.c.step_count, step_index + 1)}
@@ -427,7 +443,7 @@ class GuidanceStore:
             traj = c.execute(select(t.c.trajectory_id).where(t.c.trajectory_id == trajectory_id)).first()
             if traj is None:  # steps of an unregistered trajectory: register it on the fly
                 c.execute(insert(t).values(trajectory_id=trajectory_id, task_id="?", status="running",
-                                           started_at=now, updated_at=now, epoch=1))
+                                           started_at=now, updated_at=now, epoch=1, owner=owner or ""))
         c.execute(update(t).where(t.c.trajectory_id == trajectory_id).values(**upd))
         self._event(c, "step", trajectory_id, step=step_index, tool=tool, records=n_rec,
                     acknowledged=len(acked), score=score)
@@ -464,16 +480,25 @@ class GuidanceStore:
         return 1
 
     def post_record(self, trajectory_id: str, kind: str, data: dict[str, Any], *, step_index: int | None = None,
-                    key: str | None = None, ref: str = "", session: str | None = None) -> int:
+                    key: str | None = None, ref: str = "", session: str | None = None,
+                    owner: str | None = None) -> int:
         """An agent-reported record (live terminal output, an exact file diff, a search log)."""
         if kind not in ("terminal", "file", "search"):
             raise StoreError(f"record kind must be terminal, file or search, not {kind!r}")
         with self._write() as c:
-            return self._post_record(c, trajectory_id, kind, data, step_index, key, ref, session)
+            return self._post_record(c, trajectory_id, kind, data, step_index, key, ref, session, owner)
 
     def _post_record(self, c: Connection, trajectory_id: str, kind: str, data: dict[str, Any],
-                     step_index: int | None, key: str | None, ref: str, session: str | None) -> int:
-        self._check_session(c, trajectory_id, session)
+                     step_index: int | None, key: str | None, ref: str, session: str | None,
+                     owner: str | None = None) -> int:
+        if not isinstance(data, dict):
+            raise StoreError("record data must be an object")
+        if step_index is not None:
+            as_index(step_index)
+        if not isinstance(ref or "", str) or (key is not None and not isinstance(key, str)):
+            raise StoreError("record ref and key must be strings")
+        if self._guard(c, trajectory_id, session, owner) is None:
+            self._check_session(c, trajectory_id, session)  # NotFound for an unregistered trajectory
         n = self._insert_record(c, trajectory_id, kind, data, step_index=step_index,
                                 key=f"agent:{key or uuid.uuid4().hex}", ref=ref)
         if n:
@@ -481,15 +506,20 @@ class GuidanceStore:
         return n
 
     def end(self, trajectory_id: str, status: str = "finished", *, final_score: float | None = None,
-            session: str | None = None) -> None:
-        """The trajectory is over; unacknowledged deliveries go back to pending."""
+            session: str | None = None, owner: str | None = None) -> None:
+        """The trajectory is over; what it never took (or took but never recorded) expires."""
         with self._write() as c:
-            self._end(c, trajectory_id, status, final_score, session)
+            self._end(c, trajectory_id, status, final_score, session, owner)
+        _LIVE.discard(trajectory_id)
 
     def _end(self, c: Connection, trajectory_id: str, status: str, final_score: float | None,
-             session: str | None) -> None:
-        if session:
-            self._check_session(c, trajectory_id, session)
+             session: str | None, owner: str | None = None) -> None:
+        if status not in ("finished", "error", "killed", "timeout", "cancelled"):
+            raise StoreError(f"end status must be finished, error, killed, timeout or cancelled, not {status!r:.40}")
+        if final_score is not None and (isinstance(final_score, bool) or not isinstance(final_score, (int, float))
+                                        or not -1e12 < float(final_score) < 1e12):
+            raise StoreError("final_score must be a finite number")
+        self._guard(c, trajectory_id, session, owner)
         now = time.time()
         vals: dict[str, Any] = {"status": status, "updated_at": now, "ended_at": now}
         if final_score is not None:
@@ -497,9 +527,15 @@ class GuidanceStore:
             vals["latest_score"] = float(final_score)
         c.execute(update(trajectories_t).where(trajectories_t.c.trajectory_id == trajectory_id).values(**vals))
         self._requeue(c, trajectory_id)
+        g = guidance_t
+        expired = c.execute(update(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending"))
+                            .values(status="expired").returning(g.c.guidance_id)).all()
+        for r in expired:
+            self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="expired")
         self._event(c, "trajectory", trajectory_id, status=status, final_score=final_score)
 
-    def take_pending(self, trajectory_id: str, step_index: int, now: float | None = None) -> list[Guidance]:
+    def take_pending(self, trajectory_id: str, step_index: int, now: float | None = None, *,
+                     owner: str | None = None) -> list[Guidance]:
         """Guidance that is due, in posting order, marked delivered at ``step_index`` (exactly once).
 
         Idempotent per step: asking again for the same step returns what that step already got
@@ -507,17 +543,21 @@ class GuidanceStore:
         """
         now = time.time() if now is None else now
         with self._write() as c:
-            rows = self._take(c, trajectory_id, int(step_index), now)
+            self._check_owner(c, trajectory_id, owner)
+            rows = self._take(c, trajectory_id, as_index(step_index), now)
         return [to_guidance(r) for r in rows]
 
     def _take(self, c: Connection, trajectory_id: str, step_index: int, now: float) -> list[dict[str, Any]]:
         g = guidance_t
+        due = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
+                                             g.c.available_at <= now,
+                                             or_(g.c.at_step.is_(None), g.c.at_step <= step_index)))).all()
+        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, due)]
         newly = c.execute(
-            update(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
-                                 g.c.available_at <= now))
+            update(g).where(and_(g.c.guidance_id.in_(ok), g.c.status == "pending"))
             .values(status="delivered", delivered_at=now, delivered_step=step_index)
             .returning(g.c.guidance_id)
-        ).all()
+        ).all() if ok else []
         for r in newly:
             self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
                         step=step_index)
@@ -526,40 +566,62 @@ class GuidanceStore:
                          .order_by(g.c.seq)).all()
         return [_guidance_dict(r) for r in rows]
 
-    def pending(self, trajectory_ids: Iterable[str], now: float | None = None) -> dict[str, list[dict[str, Any]]]:
-        """Due pending guidance per trajectory, in order, without taking it (the agent's poll)."""
+    def pending(self, trajectory_ids: Iterable[str], now: float | None = None, *,
+                owner: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Due, authenticated pending guidance per trajectory, in order, without taking it (the agent's
+        poll). With ``owner``, only the trajectories that owner registered are answered."""
         ids = list(dict.fromkeys(trajectory_ids))
         if not ids:
             return {}
         now = time.time() if now is None else now
-        g = guidance_t
-        out: dict[str, list[dict[str, Any]]] = {t: [] for t in ids}
+        g, t = guidance_t, trajectories_t
         with self._read() as c:
-            for r in c.execute(select(g.c.seq, g.c.guidance_id, g.c.trajectory_id, g.c.text, g.c.author,
-                                      g.c.created_at, g.c.available_at)
-                               .where(and_(g.c.trajectory_id.in_(ids), g.c.status == "pending",
-                                           g.c.available_at <= now)).order_by(g.c.seq)):
-                out[r.trajectory_id].append(dict(r._mapping))
+            if owner:
+                ids = [r.trajectory_id for r in c.execute(select(t.c.trajectory_id, t.c.owner).where(
+                    t.c.trajectory_id.in_(ids))) if not r.owner or r.owner == owner]
+            # the next step boundary of a trajectory is its step count (steps 0..n-1 are posted)
+            nxt = select(t.c.step_count).where(t.c.trajectory_id == g.c.trajectory_id).scalar_subquery()
+            rows = c.execute(select(g).where(and_(g.c.trajectory_id.in_(ids), g.c.status == "pending",
+                                                  g.c.available_at <= now,
+                                                  or_(g.c.at_step.is_(None), g.c.at_step <= nxt)))
+                             .order_by(g.c.seq)).all()
+        from apollo.guidance.auth import verify_row
+
+        if any(not verify_row(dict(r._mapping), self.key) for r in rows):
+            with self._write() as c:  # mark the forged rows rejected
+                for tid in {r.trajectory_id for r in rows}:
+                    self._authentic(c, tid, [r for r in rows if r.trajectory_id == tid])
+            rows = [r for r in rows if verify_row(dict(r._mapping), self.key)]
+        out: dict[str, list[dict[str, Any]]] = {x: [] for x in ids}
+        keep = ("seq", "guidance_id", "trajectory_id", "text", "author", "created_at", "available_at", "auth_tag")
+        for r in rows:
+            out[r.trajectory_id].append({k: getattr(r, k) for k in keep})
         return out
 
     def deliver(self, trajectory_id: str, step_index: int, guidance_ids: list[str],
-                delivered_at: float | None = None, session: str | None = None) -> list[dict[str, Any]]:
+                delivered_at: float | None = None, session: str | None = None,
+                owner: str | None = None) -> list[dict[str, Any]]:
         """Mark messages the agent injected at ``step_index`` as delivered (idempotent)."""
         with self._write() as c:
-            return self._deliver(c, trajectory_id, int(step_index), guidance_ids, delivered_at, session)
+            return self._deliver(c, trajectory_id, as_index(step_index), guidance_ids, delivered_at, session, owner)
 
     def _deliver(self, c: Connection, trajectory_id: str, step_index: int, guidance_ids: list[str],
-                 delivered_at: float | None, session: str | None) -> list[dict[str, Any]]:
-        if session:
-            self._check_session(c, trajectory_id, session)
+                 delivered_at: float | None, session: str | None, owner: str | None = None) -> list[dict[str, Any]]:
+        if not isinstance(guidance_ids, list) or not all(isinstance(x, str) for x in guidance_ids):
+            raise StoreError("guidance_ids must be a list of strings")
+        self._guard(c, trajectory_id, session, owner)
         at = time.time() if delivered_at is None else float(delivered_at)
+        if not -1e12 < at < 1e12:
+            raise StoreError("delivered_at must be a finite time")
         g = guidance_t
+        cand = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
+                                              g.c.guidance_id.in_(list(guidance_ids))))).all()
+        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, cand)]
         newly = c.execute(
-            update(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
-                                 g.c.guidance_id.in_(list(guidance_ids))))
+            update(g).where(and_(g.c.guidance_id.in_(ok), g.c.status == "pending"))
             .values(status="delivered", delivered_at=at, delivered_step=step_index)
             .returning(g.c.guidance_id)
-        ).all()
+        ).all() if ok else []
         for r in newly:
             self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
                         step=step_index)
@@ -567,67 +629,88 @@ class GuidanceStore:
                                               g.c.guidance_id.in_(list(guidance_ids)))).order_by(g.c.seq)).all()
         return [_guidance_dict(r) for r in rows]
 
-    def apply_ops(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def apply_ops(self, ops: list[dict[str, Any]], *, owner: str | None = None) -> list[dict[str, Any]]:
         """Apply a batch of agent operations in order, in one transaction (the service's sync call).
 
         Each op is ``{"op": register|step|deliver|record|end, "trajectory_id": …, "session": …, …}``.
-        A stale-session op is answered ``{"error": "stale_session"}`` and skipped; the others apply.
+        A stale-session op is answered ``{"error": "stale_session"}`` and skipped, an op on another
+        owner's trajectory ``{"error": "forbidden"}``; the others apply.
         """
         results: list[dict[str, Any]] = []
         with self._write() as c:
             for op in ops:
+                if not isinstance(op, dict):
+                    raise StoreError("every op must be an object")
                 kind, tid, sess = op.get("op"), op.get("trajectory_id"), op.get("session")
-                if not tid:
-                    raise StoreError("every op needs a trajectory_id")
+                if not tid or not isinstance(tid, str):
+                    raise StoreError("every op needs a trajectory_id (a string)")
+                if sess is not None and not isinstance(sess, str):
+                    raise StoreError("session must be a string")
                 try:
                     with c.begin_nested():
                         if kind == "register":
-                            res: Any = self._register(c, tid, op.get("task_id") or "?", op.get("meta"), sess)
+                            res: Any = self._register(c, tid, op.get("task_id") or "?", op.get("meta"), sess, owner)
                         elif kind == "step":
-                            res = self._post_step(c, tid, int(op["step_index"]), op.get("tool"),
+                            summ = op.get("summary")
+                            res = self._post_step(c, tid, as_index(op["step_index"]), op.get("tool"),
                                                   op.get("arguments") or {}, op.get("observation") or "",
                                                   op.get("assistant_text") or "", op.get("detail") or {},
-                                                  op.get("guidance_ids"), sess, op.get("summary"))
+                                                  op.get("guidance_ids"), sess,
+                                                  summ if isinstance(summ, dict) else None, owner)
                         elif kind == "deliver":
                             res = [r["guidance_id"] for r in self._deliver(
-                                c, tid, int(op["step_index"]), op.get("guidance_ids") or [],
-                                op.get("delivered_at"), sess)]
+                                c, tid, as_index(op["step_index"]), op.get("guidance_ids") or [],
+                                op.get("delivered_at"), sess, owner)]
                         elif kind == "record":
                             if op.get("kind") not in ("terminal", "file", "search"):
                                 raise StoreError(f"bad record kind {op.get('kind')!r}")
                             res = self._post_record(c, tid, op["kind"], op.get("data") or {}, op.get("step_index"),
-                                                    op.get("key"), op.get("ref") or "", sess)
+                                                    op.get("key"), op.get("ref") or "", sess, owner)
                         elif kind == "end":
-                            self._end(c, tid, op.get("status") or "finished", op.get("final_score"), sess)
+                            self._end(c, tid, op.get("status") or "finished", op.get("final_score"), sess, owner)
                             res = True
                         else:
                             raise StoreError(f"unknown op {kind!r}")
                     results.append({"ok": True, "result": res})
                 except StaleSession as e:
                     results.append({"ok": False, "error": "stale_session", "detail": str(e)})
+                except Forbidden as e:
+                    results.append({"ok": False, "error": "forbidden", "detail": str(e)})
                 except NotFound as e:
                     results.append({"ok": False, "error": "not_found", "detail": str(e)})
                 except StoreError:
                     raise
-                except (KeyError, TypeError, ValueError) as e:
-                    raise StoreError(f"bad {kind} op: {type(e).__name__}: {e}") from e
+                except (KeyError, TypeError, ValueError, OverflowError) as e:
+                    raise StoreError(f"bad {kind!r:.40} op: {type(e).__name__}: {str(e)[:200]}") from e
         return results
 
     # --- annotator side ---------------------------------------------------------------------
     def post_guidance(self, trajectory_id: str, text: str, *, author: str = "annotator", delay_s: float = 0.0,
-                      meta: dict[str, Any] | None = None, guidance_id: str | None = None) -> str:
-        """Queue a message for a trajectory; returns its id. With ``guidance_id`` a retry is a no-op."""
+                      meta: dict[str, Any] | None = None, guidance_id: str | None = None,
+                      at_step: int | None = None) -> str:
+        """Queue a message for a trajectory; returns its id. With ``guidance_id`` a retry is a no-op.
+
+        ``delay_s``: available that many seconds from now; ``at_step``: not injected before that step
+        boundary. The row is signed (:mod:`apollo.guidance.auth`): this is the annotator path.
+        """
         return self.add_guidance(trajectory_id, text, author=author, delay_s=delay_s, meta=meta,
-                                 guidance_id=guidance_id)["guidance_id"]
+                                 guidance_id=guidance_id, at_step=at_step)["guidance_id"]
 
     def add_guidance(self, trajectory_id: str, text: str, *, author: str = "annotator", delay_s: float = 0.0,
-                     meta: dict[str, Any] | None = None, guidance_id: str | None = None) -> dict[str, Any]:
+                     meta: dict[str, Any] | None = None, guidance_id: str | None = None,
+                     at_step: int | None = None) -> dict[str, Any]:
         """Like :meth:`post_guidance`; returns the stored row (``created`` False for a retry)."""
+        if at_step is not None:
+            as_index(at_step, "at_step")
         if not isinstance(text, str) or not text.strip():
             raise StoreError("guidance text is empty")
+        from apollo.guidance.auth import guidance_tag
+
         gid = guidance_id or uuid.uuid4().hex
         now = time.time()
         g = guidance_t
+        tag = guidance_tag(self.key, guidance_id=gid, trajectory_id=trajectory_id, text=text, author=author,
+                           created_at=now)
         try:
             with self._write() as c:
                 old = c.execute(select(g).where(g.c.guidance_id == gid)).first()
@@ -637,7 +720,7 @@ class GuidanceStore:
                     return {**_guidance_dict(old), "created": False}
                 c.execute(insert(g).values(guidance_id=gid, trajectory_id=trajectory_id, text=text, author=author,
                                            created_at=now, available_at=now + max(0.0, float(delay_s)),
-                                           meta=_j(meta or {})))
+                                           meta=_j(meta or {}), auth_tag=tag, at_step=at_step))
                 self._event(c, "guidance", trajectory_id, guidance_id=gid, state="pending")
                 row = c.execute(select(g).where(g.c.guidance_id == gid)).one()
                 return {**_guidance_dict(row), "created": True}
@@ -667,8 +750,9 @@ class GuidanceStore:
         out = []
         for r in rows:
             d = dict(r._mapping)
-            d["meta"] = _unj(d.get("meta"))
+            d["meta"] = _meta(d.get("meta"))
             d.pop("session", None)
+            d.pop("owner", None)
             out.append(d)
         return out
 
@@ -679,8 +763,9 @@ class GuidanceStore:
         if r is None:
             raise NotFound(f"no trajectory {trajectory_id!r}")
         d = dict(r._mapping)
-        d["meta"] = _unj(d.get("meta"))
+        d["meta"] = _meta(d.get("meta"))
         d.pop("session", None)
+        d.pop("owner", None)
         return d
 
     def steps(self, trajectory_id: str, since: int = 0, *, full: bool = False,
@@ -758,80 +843,12 @@ class GuidanceStore:
         with self._read() as c:
             return int(c.execute(select(func.max(events_t.c.id))).scalar() or 0)
 
-    def context(self, trajectory_id: str, step_index: int) -> dict[str, Any]:
-        """The context window the model saw at a step.
-
-        The agent's own report (``detail["context"]``) when it sent one; otherwise rebuilt exactly
-        as the agent builds it (``apollo.agent.prompt.context_messages``) from the registered prefix,
-        the recorded steps and the guidance delivered at each step. A rebuilt window is exact when
-        the agent reported its steps in full (model text, context reference).
-        """
-        from apollo.agent.prompt import context_messages
-        from apollo.schema import Action, Observation, Step, Summary, Trajectory
-
-        traj = self.trajectory(trajectory_id)
-        target = self.step(trajectory_id, step_index)
-        detail = target.get("detail") or {}
-        if isinstance(detail.get("context"), list):
-            return {"messages": detail["context"], "source": "agent", "notes": []}
-        notes: list[str] = []
-        by_step: dict[int, list[Guidance]] = {}
-        for g in self.guidance(trajectory_id, status="delivered"):
-            if g["delivered_step"] is not None and g["delivered_step"] <= step_index:
-                by_step.setdefault(g["delivered_step"], []).append(to_guidance(g))
-        rows = {s["step_index"]: s for s in self.steps(trajectory_id, 0, full=True) if s["step_index"] < step_index}
-        steps = []
-        for i in range(step_index):
-            s = rows.get(i)
-            if s is None:
-                notes.append(f"step {i} was not reported")
-                s = {"tool": None, "arguments": {}, "observation": "", "assistant_text": "", "detail": {}}
-            d = s.get("detail") or {}
-            if not s.get("assistant_text"):
-                notes.append(f"step {i}: the model's text was not reported (only its action)")
-            obs = d.get("observation") or {}
-            steps.append(Step(
-                index=i, assistant_text=s.get("assistant_text") or _action_text(s["tool"], s["arguments"]),
-                action=Action(tool=s["tool"], arguments=s["arguments"] if isinstance(s["arguments"], dict) else {}),
-                observation=Observation(text=s["observation"], truncated=bool(obs.get("truncated"))),
-                guidance=by_step.get(i, []),
-            ))
-        meta = traj.get("meta") or {}
-        prefix = meta.get("prefix_messages")
-        if not isinstance(prefix, list):
-            prefix = []
-            notes.insert(0, "the system prompt and task text were not reported at registration")
-        ctx = detail.get("context_ref") or {}
-        si = ctx.get("summary_index")
-        summaries: list[Summary] = []
-        if si is not None:
-            got = {r["ref"]: r["data"] for r in self.records(trajectory_id, "summary")}
-            for k in range(int(si) + 1):
-                d = got.get(str(k)) or {"index": k, "covers_from": 0, "covers_to": 0, "before_step": 0,
-                                        "text": "(summary not reported to the service)"}
-                summaries.append(Summary.model_validate(d))
-            if str(si) not in got:
-                notes.append(f"the summary #{si} this window starts with was not reported")
-        t = Trajectory(trajectory_id=trajectory_id, task_id=traj["task_id"], split="train",
-                       domain=str(meta.get("domain") or "?"), policy_id=str(meta.get("policy_id") or "?"),
-                       prefix_messages=prefix, steps=steps, summaries=summaries)
-        msgs = context_messages(t, step_index, first_step=int(ctx.get("first_step") or 0),
-                                summary_index=None if si is None else int(si),
-                                pending_guidance=by_step.get(step_index, []))
-        return {"messages": msgs, "source": "rebuilt", "notes": sorted(set(notes), key=notes.index)[:20]}
-
-
-def _action_text(tool: str | None, arguments: Any) -> str:
-    if tool is None:
-        return "(invalid action)"
-    return f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments}, ensure_ascii=False)}</tool_call>"
-
 
 def to_guidance(row: dict[str, Any]) -> Guidance:
     """A store row as the schema's :class:`Guidance` (only store rows ever become guidance)."""
     return Guidance(guidance_id=row["guidance_id"], text=row["text"], author=row["author"],
                     created_at=row["created_at"], delivered_at=row.get("delivered_at"),
-                    delivered_step=row.get("delivered_step"))
+                    delivered_step=row.get("delivered_step"), auth_tag=row.get("auth_tag"))
 
 
 def summary_dict(summary: Any) -> dict[str, Any] | None:
@@ -860,14 +877,40 @@ def step_detail(step: Any) -> tuple[str, dict[str, Any]]:
     return step.assistant_text, detail
 
 
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _sqlite_on_begin)
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes (not power loss) in WAL
-    cur.execute("PRAGMA busy_timeout=60000")
-    cur.close()
+class _Heartbeats:
+    """Trajectories this process registered directly in a store and has not ended: a daemon thread
+    refreshes their ``heartbeat_at`` every ``every_s`` while the process lives."""
+
+    every_s = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, GuidanceStore] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, store: GuidanceStore, trajectory_id: str) -> None:
+        with self._lock:
+            self._live[trajectory_id] = store
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="guidance-heartbeat")
+                self._thread.start()
+
+    def discard(self, trajectory_id: str) -> None:
+        with self._lock:
+            self._live.pop(trajectory_id, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.every_s)
+            with self._lock:
+                by_store: dict[int, tuple[GuidanceStore, list[str]]] = {}
+                for tid, st in self._live.items():
+                    by_store.setdefault(id(st.engine), (st, []))[1].append(tid)
+            for st, ids in by_store.values():
+                try:
+                    st.heartbeat(ids)
+                except Exception:  # a disposed engine, a locked database: next time
+                    log.debug("heartbeat failed", exc_info=True)
 
 
-def _sqlite_on_begin(conn: Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("apollo_write") else "BEGIN")
+_LIVE = _Heartbeats()
