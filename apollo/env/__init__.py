@@ -15,12 +15,9 @@ InnovatorBench checkout into the same :class:`TaskSpec` records.
 
 from apollo.env.scripted import (
     MISTAKE_KINDS,
-    Episode,
-    EpisodeStep,
     ScriptedAgent,
     check_deviation,
     run_baseline,
-    run_episode,
     run_reference,
 )
 from apollo.env.innovatorbench import load_innovatorbench
@@ -32,8 +29,6 @@ __all__ = [
     "DOMAINS",
     "MISTAKE_KINDS",
     "TOOL_SPECS",
-    "Episode",
-    "EpisodeStep",
     "ScriptedAgent",
     "TaskSpec",
     "ToolResult",
@@ -46,7 +41,6 @@ __all__ = [
     "load_task",
     "reference_plan",
     "run_baseline",
-    "run_episode",
     "run_reference",
     "tool_schemas",
 ]
