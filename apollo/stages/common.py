@@ -9,6 +9,8 @@ running one), ``vllm`` (in-process vLLM), ``openai`` (any OpenAI-compatible serv
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import uuid
@@ -75,10 +77,19 @@ def agent_config(p: dict[str, Any]) -> AgentConfig:
     )
 
 
-def run_jobs(jobs: list[RolloutJob], one: Callable[[RolloutJob], Awaitable[Trajectory]], workers: int,
+def run_jobs(jobs: list[RolloutJob], one: Callable[[RolloutJob], Awaitable[Trajectory] | Trajectory], workers: int,
              desc: str, check: Callable[[], None] | None = None, engine: Any = None) -> list[Trajectory]:
-    """Run the jobs' episodes on the async runtime, ``workers`` in flight (see :mod:`apollo.runtime`)."""
+    """Run the jobs' episodes on the async runtime, ``workers`` in flight (see :mod:`apollo.runtime`).
+
+    ``one`` is an ``async def`` (an episode coroutine) or a blocking function, run in a thread.
+    """
     from apollo.runtime import run_episodes
+
+    if not inspect.iscoroutinefunction(one):
+        blocking = one
+
+        async def one(job: RolloutJob) -> Trajectory:
+            return await asyncio.to_thread(blocking, job)
 
     async def close() -> None:
         if engine is not None and hasattr(engine, "aclose"):

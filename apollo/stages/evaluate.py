@@ -92,8 +92,10 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
     workers = int(p.get("workers", 2))
     session = engine_session({**p, "engine": "scripted"} if variant == "reference" else p, paths.model(variant))
     with session as engine:
-        trajs = run_jobs(jobs, lambda j: arun_one(j, params, variant, engine), workers, f"evaluate[{variant}]",
-                         engine=engine)
+        async def one(job: RolloutJob) -> Trajectory:
+            return await arun_one(job, params, variant, engine)
+
+        trajs = run_jobs(jobs, one, workers, f"evaluate[{variant}]", engine=engine)
     metrics = finalize(trajs, variant, paths)
     if tracker is not None:
         tracker.log_metrics(metrics)

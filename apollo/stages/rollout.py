@@ -146,8 +146,11 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
         before = set(mp.active_children())
         with annotator(params, paths) as channel:
             watch = ProcessWatch(before)
-            trajs = run_jobs(jobs, lambda j: arun_one(j, params, paths, engine, channel), workers, "rollout",
-                             check=watch.check, engine=engine)
+
+            async def one(job: RolloutJob) -> Trajectory:
+                return await arun_one(job, params, paths, engine, channel)
+
+            trajs = run_jobs(jobs, one, workers, "rollout", check=watch.check, engine=engine)
     metrics = finalize(trajs, paths, tracker)
     if tracker is not None:
         tracker.log_metrics(metrics)
