@@ -77,7 +77,7 @@ class ServerConfig:
     served_model_name: str = "policy"  # the name requests use; must match the running server's
     host: str = "127.0.0.1"
     port: int = 0  # 0: any free port
-    kv_cache_gb: float = 1.0  # VLLM_CPU_KVCACHE_SPACE on CPU builds
+    kv_cache_gb: int = 1  # VLLM_CPU_KVCACHE_SPACE (whole GiB) on CPU builds
     max_model_len: int = 4096
     max_num_seqs: int = 64  # requests batched together by the scheduler
     dtype: str = "float32"
@@ -128,7 +128,7 @@ class VLLMServer:
 
     def start(self) -> VLLMServer:
         env = dict(os.environ)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.cfg.kv_cache_gb:g}")
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(self.cfg.kv_cache_gb))  # params win over the environment
         env["VLLM_SERVER_DEV_MODE"] = "1"  # pause/resume, reload_weights, weight versions
         cmd = self.command()
         log.info("starting vllm serve for %s on %s (log: %s)", self.model_path, self.url, self.log_path)
