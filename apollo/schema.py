@@ -85,6 +85,7 @@ class TokenTrace(_Model):
     token_ids: list[int]
     logprobs: list[float] | None = None  # sampling logprobs of the rollout policy
     entropies: list[float] | None = None
+    policy_version: int | None = None  # weight version that sampled these tokens (served engines)
 
     @model_validator(mode="after")
     def _same_length(self) -> TokenTrace:
@@ -114,7 +115,8 @@ class Step(_Model):
     context: ContextRef = Field(default_factory=ContextRef)
     prompt_tokens: int = 0
     started_at: float = 0.0
-    gen_time_s: float = 0.0
+    gen_time_s: float = 0.0  # waiting for the engine (queueing + generation)
+    tool_time_s: float = 0.0  # executing the action in the workspace
     wall_time_s: float = 0.0
 
 

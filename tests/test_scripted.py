@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,8 +18,8 @@ from apollo.env import (
     list_tasks,
     load_task,
     reference_plan,
-    run_episode,
 )
+from apollo.engines.scripted import run_scripted
 from apollo.env.families import FAMILIES
 
 TASKS = list_tasks()
@@ -26,6 +27,16 @@ BY_FAMILY = {f: [t for t in TASKS if t.family == f] for f in FAMILIES}
 FAST = ("data_construction", "data_filtering", "data_augmentation", "scaffold_construction")
 EDITS = ("loss_design", "reward_design", "scaffold_construction")  # plans that read then edit a file
 PATIENT = ("loss_design", "reward_design")
+
+
+def run_episode(task, seed: int = 0, *, noise: float = 0.0, annotate: bool = False) -> SimpleNamespace:
+    """The scripted agent (an engine) in the one episode loop, viewed as (tool, arguments, thought) steps."""
+    traj, engine = run_scripted(task, noise=noise, seed=seed, annotate=annotate)
+    steps = [SimpleNamespace(tool=s.action.tool, arguments=s.action.arguments,
+                             thought=s.assistant_text.split("<tool_call>")[0].strip()) for s in traj.steps]
+    return SimpleNamespace(steps=steps, evals=traj.evals, final_score=traj.final_score,
+                           mistakes=list(engine.agent.mistakes),
+                           guidance=[g.text for s in traj.steps for g in s.guidance])
 
 
 def _dry_run(agent: ScriptedAgent, limit: int = 40) -> list[tuple[str, dict, str]]:
@@ -59,8 +70,7 @@ def test_noisy_agent_mistake_kinds_per_family(family: str) -> None:
 def test_noisy_agent_runs_in_workspace(family: str) -> None:
     task = BY_FAMILY[family][0]
     for seed in range(2):
-        agent = ScriptedAgent(task, random.Random(seed), noise=0.5)
-        ep = run_episode(task, agent)
+        ep = run_episode(task, seed, noise=0.5)
         assert ep.steps[-1].tool == "finish" or len(ep.steps) == task.max_steps
         assert all(len(s.thought.split()) <= 15 for s in ep.steps)
         assert ep.evals[-1].forced and 0.0 <= ep.final_score <= 100.0
@@ -83,8 +93,8 @@ def test_guidance_corrects_ignored_script(family: str) -> None:
     key = next(i for i, s in enumerate(reference_plan(task)) if "naive" in s)
     seed = _seed_with_early(task, "ignore_script", key + 1)
     assert seed is not None, "no seed in 0..199 makes an early ignore_script mistake"
-    alone = run_episode(task, ScriptedAgent(task, random.Random(seed), noise=0.5))
-    guided = run_episode(task, ScriptedAgent(task, random.Random(seed), noise=0.5), annotate=True)
+    alone = run_episode(task, seed, noise=0.5)
+    guided = run_episode(task, seed, noise=0.5, annotate=True)
     assert "ignore_script" in alone.mistakes and "ignore_script" in guided.mistakes
     assert guided.guidance
     assert guided.final_score > alone.final_score and guided.final_score >= 70.0
@@ -160,7 +170,7 @@ def test_guidance_after_blind_edit_on_a_patient_task() -> None:
     t = BY_FAMILY["reward_design"][0]
     seed = _seed_with_early(t, "blind_edit", 2)
     assert seed is not None
-    ep = run_episode(t, ScriptedAgent(t, random.Random(seed), noise=0.5), annotate=True)
+    ep = run_episode(t, seed, noise=0.5, annotate=True)
     assert "blind_edit" in ep.mistakes
     assert any(g.startswith("Open reward.py") for g in ep.guidance)
     assert any(s.tool == "open_file" and s.arguments == {"path": "reward.py"} and s.thought.startswith("Read")

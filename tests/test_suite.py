@@ -5,28 +5,26 @@ from __future__ import annotations
 
 import filecmp
 import json
-import random
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from apollo.agent.actions import format_action, parse_action
 from apollo.env import (
     DOMAINS,
-    Episode,
-    ScriptedAgent,
     Workspace,
     evaluate_workspace,
     list_tasks,
     load_task,
     reference_plan,
     run_baseline,
-    run_episode,
 )
+from apollo.engines.scripted import run_scripted
 from apollo.env.families import FAMILIES
 from apollo.env.families._common import REQUIRED_SECTIONS
 from apollo.env.generate import SUITE, Instance, generate_suite, suite_instances
@@ -42,15 +40,25 @@ TEST_COUNTS = {"data_construction": 4, "data_filtering": 3, "data_augmentation":
 PATIENT = {"loss_design", "reward_design"}  # background training of a few seconds
 
 
+def run_episode(task, seed: int = 0, *, noise: float = 0.0, annotate: bool = False) -> SimpleNamespace:
+    """The scripted agent (an engine) in the one episode loop, viewed as (tool, arguments, thought) steps."""
+    traj, engine = run_scripted(task, noise=noise, seed=seed, annotate=annotate)
+    steps = [SimpleNamespace(tool=s.action.tool, arguments=s.action.arguments,
+                             thought=s.assistant_text.split("<tool_call>")[0].strip()) for s in traj.steps]
+    return SimpleNamespace(steps=steps, evals=traj.evals, final_score=traj.final_score,
+                           mistakes=list(engine.agent.mistakes),
+                           guidance=[g.text for s in traj.steps for g in s.guidance])
+
+
 @pytest.fixture(scope="module")
-def runs() -> dict[str, tuple[Episode, float, float]]:
+def runs() -> dict[str, tuple[SimpleNamespace, float, float]]:
     """Per task: (reference episode with the annotator watching, its wall time, baseline score).
 
     Run in parallel: the patient tasks mostly sleep while their training runs.
     """
     def reference(t):
         t0 = time.perf_counter()
-        ep = run_episode(t, ScriptedAgent(t, random.Random(1)), annotate=True)
+        ep = run_episode(t, 1, annotate=True)
         return ep, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=12) as pool:
@@ -169,7 +177,7 @@ def test_bench_list_cli() -> None:
 # --- scores --------------------------------------------------------------------------------------------
 
 
-def _without_extra_waits(ep: Episode) -> list[tuple[str, dict]]:
+def _without_extra_waits(ep: SimpleNamespace) -> list[tuple[str, dict]]:
     """The episode's actions without the extra (sleep, check again) rounds a slow machine may need."""
     out: list[tuple[str, dict]] = []
     skip_check = False

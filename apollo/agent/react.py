@@ -8,6 +8,7 @@ channel after they finish, so annotators can watch the trajectory live.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 
 from apollo.agent.actions import parse_action
 from apollo.agent.prompt import context_messages, initial_messages, summary_prompt
-from apollo.engines.base import Engine
+from apollo.engines.base import Engine, Generation
 from apollo.schema import (
     ContextRef,
     EvalRecord,
@@ -104,7 +105,44 @@ def run_episode(
     workspace_root: Any = None,
     meta: dict[str, Any] | None = None,
 ) -> Trajectory:
-    """Roll out one trajectory of ``engine`` on ``task``; always ends with a forced final eval."""
+    """Roll out one trajectory of ``engine`` on ``task`` (blocking); see :func:`arun_episode`."""
+    return asyncio.run(arun_episode(task, engine, guidance=guidance, config=config, seed=seed,
+                                    trajectory_id=trajectory_id, workspace_root=workspace_root, meta=meta))
+
+
+async def _generate(engine: Engine, msgs: list[dict[str, Any]], seed: int) -> Generation:
+    agen = getattr(engine, "agenerate", None)
+    if agen is not None:  # a served engine: the request waits on the network, not on a thread
+        return await agen(msgs, seed=seed)
+    return await asyncio.to_thread(engine.generate, msgs, seed=seed)
+
+
+async def arun_episode(
+    task: Any,
+    engine: Engine,
+    *,
+    guidance: GuidanceChannel | None = None,
+    config: AgentConfig | None = None,
+    seed: int = 0,
+    trajectory_id: str | None = None,
+    workspace_root: Any = None,
+    meta: dict[str, Any] | None = None,
+) -> Trajectory:
+    """The one episode loop (every engine, the scripted agent included); always ends with a forced
+    final eval.
+
+    A coroutine so that many episodes run in flight on one event loop (:mod:`apollo.runtime`):
+    generation awaits the engine (``agenerate`` when it has one, else ``generate`` in a worker
+    thread), tool calls, guidance-channel calls and prompt building (tokenization, summarization)
+    run in worker threads because they block on processes, files and CPU. Each step records its
+    generation time and its tool time.
+
+    A crash inside the episode (a tool, the workspace, a bad generation) ends the trajectory with
+    ``finish_reason="error"`` and ``meta["error"]``: recorded, never trained on. An engine that
+    cannot be reached (:class:`~apollo.engines.vllm_server.EngineUnavailable`) is not a crash of
+    the episode: it propagates and fails the stage.
+    """
+    from apollo.engines.vllm_server import EngineUnavailable
     from apollo.env.workspace import Workspace
 
     cfg = config or AgentConfig()
@@ -126,13 +164,15 @@ def run_episode(
         task_facts=task.facts() if hasattr(task, "facts") else None,  # what the mask detectors need
     )
     if guidance is not None:  # the prefix lets the annotator UI rebuild every context window exactly
-        guidance.register(tid, task.task_id, meta={
+        await asyncio.to_thread(guidance.register, tid, task.task_id, meta={
             "prefix_messages": traj.prefix_messages, "domain": task.domain, "split": task.split,
             "max_steps": max_steps, "policy_id": engine.policy_id})
     first_step, summary_index = 0, None
     t_start = time.monotonic()
-    with Workspace(task, root=workspace_root, command_timeout_s=cfg.command_timeout_s,
-                   max_output_chars=cfg.max_output_chars) as ws:
+    ws = Workspace(task, root=workspace_root, command_timeout_s=cfg.command_timeout_s,
+                   max_output_chars=cfg.max_output_chars)
+    await asyncio.to_thread(ws.__enter__)
+    try:
         try:
             for i in range(max_steps):
                 if time.monotonic() - t_start > max_wall:
@@ -140,23 +180,26 @@ def run_episode(
                     break
                 step_t0 = time.time()
                 # step boundary: due guidance enters the context now, never mid-generation
-                pending = guidance.take_pending(tid, i) if guidance is not None else []
-                msgs, first_step, summary_index, n_prompt = _fit_window(
-                    engine, traj, i, first_step, summary_index, pending, cfg.context_tokens, seed,
-                    cfg.summarize,
+                pending = (await asyncio.to_thread(guidance.take_pending, tid, i)) if guidance is not None else []
+                msgs, first_step, summary_index, n_prompt = await asyncio.to_thread(
+                    _fit_window, engine, traj, i, first_step, summary_index, pending, cfg.context_tokens,
+                    seed, cfg.summarize,
                 )
-                gen = engine.generate(msgs, seed=seed * 100_003 + i)
+                gen = await _generate(engine, msgs, seed * 100_003 + i)
                 action = parse_action(gen.text)
+                tool_t0 = time.perf_counter()
                 if action.valid:
-                    result = ws.call(action.tool, action.arguments, step=i)
+                    result = await asyncio.to_thread(ws.call, action.tool, action.arguments, i)
                     obs, ev, done = result.observation, result.eval, result.done
                 else:
                     obs = Observation(text=f"Invalid action: {action.parse_error}.", error=True)
                     ev, done = None, False
+                tool_s = time.perf_counter() - tool_t0
                 tokens = None
                 if gen.token_ids is not None:
                     tokens = TokenTrace(token_ids=gen.token_ids, logprobs=gen.logprobs,
-                                        entropies=gen.entropies)
+                                        entropies=gen.entropies,
+                                        policy_version=gen.meta.get("policy_version", engine.policy_version))
                 step = Step(
                     index=i,
                     assistant_text=gen.text,
@@ -168,27 +211,48 @@ def run_episode(
                     prompt_tokens=gen.prompt_tokens or n_prompt,
                     started_at=step_t0,
                     gen_time_s=gen.gen_time_s,
+                    tool_time_s=tool_s,
                     wall_time_s=time.time() - step_t0,
                 )
                 traj.steps.append(step)
                 if ev is not None:
                     traj.evals.append(ev)
                 if guidance is not None:
-                    guidance.post_step(tid, i, action.tool, action.arguments, obs.text, step=step,
-                                       summary=traj.summaries[summary_index] if summary_index is not None else None)
+                    await asyncio.to_thread(
+                        guidance.post_step, tid, i, action.tool, action.arguments, obs.text, step=step,
+                        summary=traj.summaries[summary_index] if summary_index is not None else None)
                 if done:
                     traj.finish_reason = "finish"
                     break
             else:
                 traj.finish_reason = "max_steps"
+        except EngineUnavailable:
+            raise
         except Exception as e:  # a crash of the policy or tools ends the trajectory, not the stage
-            log.exception("trajectory %s failed at step %d", tid, len(traj.steps))
+            log.exception("trajectory %s crashed at step %d", tid, len(traj.steps))
             traj.finish_reason = "error"
             traj.meta["error"] = f"{type(e).__name__}: {e}"
-        final = ws.final_eval(step=max(len(traj.steps) - 1, 0))
+        final = await asyncio.to_thread(ws.final_eval, max(len(traj.steps) - 1, 0))
         traj.evals.append(EvalRecord(**{**final.model_dump(), "forced": True}))
+    except BaseException:
+        if guidance is not None:
+            await asyncio.to_thread(guidance.end, tid, "error")
+        raise
+    finally:
+        await asyncio.to_thread(ws.__exit__, None, None, None)
+    traj.policy_version = _first_version(traj, engine.policy_version)
     traj.record_scores()
     traj.ended_at = time.time()
     if guidance is not None:
-        guidance.end(tid, "error" if traj.finish_reason == "error" else "finished", final_score=traj.final_score)
+        await asyncio.to_thread(guidance.end, tid, "error" if traj.finish_reason == "error" else "finished",
+                                final_score=traj.final_score)
     return traj
+
+
+def _first_version(traj: Trajectory, default: int) -> int:
+    """The trajectory's policy version: that of its first generated token (staleness is measured
+    from there); steps record their own when weights change mid-trajectory."""
+    for s in traj.steps:
+        if s.tokens is not None and s.tokens.policy_version is not None:
+            return s.tokens.policy_version
+    return traj.policy_version if traj.steps else default

@@ -1,7 +1,8 @@
 """Policy backends: one ``generate(messages) -> Generation`` interface for every engine.
 
-``hf`` (transformers, default for tests), ``vllm`` (in-process ``vllm.LLM``), ``openai`` (any
-OpenAI-compatible server), and ``scripted`` (a noisy scripted agent, used to make
+``hf`` (transformers, default for tests), ``vllm_server`` (a served vLLM policy, token-in/token-out,
+weights updated in place; the rollout runtime's engine), ``vllm`` (in-process ``vllm.LLM``),
+``openai`` (any OpenAI-compatible server), and ``scripted`` (a noisy scripted agent, used to make
 behaviour-cloning demonstrations; it reads the conversation like a model would).
 """
 
@@ -22,7 +23,7 @@ class Generation:
     # "stop": the model ended its turn; "length": cut at max_new_tokens (no end token was produced);
     # None: the engine cannot tell
     finish_reason: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # e.g. policy_version (served engines)
 
 
 class Engine(Protocol):
@@ -36,7 +37,7 @@ class Engine(Protocol):
 
 
 def make_engine(kind: str, model_path: str, **kwargs: Any) -> Engine:
-    """Build an engine by name (``hf``, ``vllm`` or ``openai``)."""
+    """Build an engine by name (``hf``, ``vllm_server`` (needs ``url=``), ``vllm`` or ``openai``)."""
     if kind == "hf":
         from apollo.engines.hf import HFEngine
 
@@ -45,8 +46,12 @@ def make_engine(kind: str, model_path: str, **kwargs: Any) -> Engine:
         from apollo.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_path, **kwargs)
+    if kind == "vllm_server":
+        from apollo.engines.vllm_server import VLLMServerEngine
+
+        return VLLMServerEngine(model_path, **kwargs)
     if kind == "openai":
         from apollo.engines.openai_engine import OpenAIEngine
 
         return OpenAIEngine(model_path, **kwargs)
-    raise ValueError(f"unknown engine '{kind}' (expected hf, vllm or openai)")
+    raise ValueError(f"unknown engine '{kind}' (expected hf, vllm_server, vllm or openai)")

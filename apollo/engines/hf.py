@@ -59,6 +59,13 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None) -> Generation:
+        """Sample one assistant turn with the engine's own decode loop (KV cache).
+
+        Each call draws from its own ``torch.Generator`` seeded with ``seed``, never from the
+        global RNG: the engine is shared by worker threads, and a seed must reproduce the same
+        tokens whatever runs beside it. Logprobs and entropies are those of the distribution
+        sampled from (after temperature and top-p), as APPO/SAO importance ratios need.
+        """
         t0 = time.perf_counter()
         ids = self.prompt_ids(messages)
         budget = self.max_context - len(ids)
@@ -66,30 +73,31 @@ class HFEngine:
             raise ValueError(
                 f"prompt has {len(ids)} tokens, over the model context {self.max_context}"
             )
+        rng = torch.Generator(device=self.device)
         if seed is not None:
-            torch.manual_seed(seed)
-        input_ids = torch.tensor([ids], device=self.device)
-        do_sample = self.temperature > 0
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=min(self.max_new_tokens, budget),
-            do_sample=do_sample,
-            temperature=self.temperature if do_sample else None,
-            top_p=self.top_p if do_sample else None,
-            top_k=0 if do_sample else None,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.tokenizer.pad_token_id or self.eos_ids[0],
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-        new = out.sequences[0, len(ids):].tolist()
-        logprobs, entropies = [], []
-        for tok, scores in zip(new, out.scores):
-            lp = torch.log_softmax(scores[0].float(), dim=-1)
-            logprobs.append(float(lp[tok]))
+            rng.manual_seed(int(seed) % (2**63))
+        else:
+            rng.seed()
+        sample = self.temperature > 0
+        eos = set(self.eos_ids)
+        out = self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=True)
+        new: list[int] = []
+        logprobs: list[float] = []
+        entropies: list[float] = []
+        for _ in range(min(self.max_new_tokens, budget)):
+            logits = out.logits[0, -1].float()
+            lp = torch.log_softmax(logits / self.temperature if sample else logits, dim=-1)
+            if sample and self.top_p < 1.0:
+                lp = _top_p(lp, self.top_p)
             p = lp.exp()
+            tok = int(torch.multinomial(p, 1, generator=rng)) if sample else int(torch.argmax(lp))
+            new.append(tok)
+            logprobs.append(float(lp[tok]))
             entropies.append(float(-(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum()))
+            if tok in eos:
+                break
+            out = self.model(input_ids=torch.tensor([[tok]], device=self.device),
+                             past_key_values=out.past_key_values, use_cache=True)
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         return Generation(
             text=text,
@@ -100,3 +108,13 @@ class HFEngine:
             gen_time_s=time.perf_counter() - t0,
             finish_reason="stop" if new and new[-1] in self.eos_ids else "length",
         )
+
+
+def _top_p(lp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering of log-probabilities, renormalized (the smallest set with mass ≥ top_p)."""
+    sorted_lp, order = torch.sort(lp, descending=True)
+    cum = sorted_lp.exp().cumsum(-1)
+    drop = cum - sorted_lp.exp() >= top_p  # tokens entirely beyond the nucleus
+    sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
+    out = torch.full_like(lp, float("-inf")).scatter(0, order, sorted_lp)
+    return torch.log_softmax(out, dim=-1)

@@ -91,3 +91,27 @@ class ScriptedEngine:
         self._memory = history
         thought, tool, args = self.agent.next_action(history, guidance=guidance)
         return Generation(text=format_action(thought, tool, args), gen_time_s=time.perf_counter() - t0)
+
+
+def run_scripted(task: Any, *, noise: float = 0.0, seed: int = 0, annotate: bool = False,
+                 max_steps: int | None = None, root: Any = None, tokenizer: Any = None,
+                 **config: Any) -> tuple[Any, ScriptedEngine]:
+    """One episode of the scripted agent in the one episode loop; ``(trajectory, engine)``.
+
+    ``annotate``: the simulated annotator watches inline (:class:`~apollo.agent.inline_annotator.
+    InlineAnnotator`), so its guidance reaches the agent at the next step, deterministically.
+    ``engine.agent.mistakes`` lists the mistakes the agent made.
+    """
+    from apollo.agent.inline_annotator import InlineAnnotator
+    from apollo.agent.react import AgentConfig, run_episode
+
+    engine = ScriptedEngine(task, noise=noise, seed=seed, tokenizer=tokenizer)
+    cfg = AgentConfig(max_steps=max_steps, **config)
+    channel = InlineAnnotator(task) if annotate else None
+    try:
+        traj = run_episode(task, engine, guidance=channel, config=cfg, seed=seed, workspace_root=root)
+    finally:
+        if channel is not None:
+            channel.close()
+    traj.meta["mistakes"] = list(engine.agent.mistakes)
+    return traj, engine

@@ -16,12 +16,9 @@ InnovatorBench checkout into the same :class:`TaskSpec` records.
 
 from apollo.env.scripted import (
     MISTAKE_KINDS,
-    Episode,
-    EpisodeStep,
     ScriptedAgent,
     check_deviation,
     run_baseline,
-    run_episode,
     run_reference,
 )
 from apollo.env.innovatorbench import load_innovatorbench
@@ -33,8 +30,6 @@ __all__ = [
     "DOMAINS",
     "MISTAKE_KINDS",
     "TOOL_SPECS",
-    "Episode",
-    "EpisodeStep",
     "ScriptedAgent",
     "TaskSpec",
     "ToolResult",
@@ -47,7 +42,6 @@ __all__ = [
     "load_task",
     "reference_plan",
     "run_baseline",
-    "run_episode",
     "run_reference",
     "tool_schemas",
 ]

@@ -6,7 +6,12 @@
   tiny model is behaviour-cloned from, so thoughts are short templates.
 * :func:`check_deviation` is the simulated annotator's judgement: a short, concrete guidance text
   when the agent's steps deviate from the reference plan, else ``None``.
-* :func:`run_episode`, :func:`run_reference`, :func:`run_baseline` run them in a :class:`Workspace`.
+* :func:`run_reference` and :func:`run_baseline` score a task's reference and baseline plans.
+
+The scripted agent has no episode loop of its own: :class:`apollo.engines.scripted.ScriptedEngine`
+makes it a policy driven by :func:`apollo.agent.react.run_episode` like every model
+(:func:`apollo.engines.scripted.run_scripted` runs one episode, optionally with the simulated
+annotator inline).
 """
 
 from __future__ import annotations
@@ -14,14 +19,12 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from apollo.env.tasks import TaskSpec, baseline_plan, reference_plan
 from apollo.env.tools import TOOL_SPECS, REQUIRED
 from apollo.env.workspace import Workspace
-from apollo.schema import EvalRecord, Observation
 
 Action = tuple[str, str, dict[str, Any]]  # (thought, tool, arguments)
 HistoryItem = tuple[str, dict[str, Any], str]  # (tool, arguments, observation text)
@@ -257,81 +260,14 @@ def _unfinished_sessions(steps: list[HistoryItem]) -> list[str]:
     return [s for s, p in pending.items() if p]
 
 
-# --- episodes --------------------------------------------------------------------------------------
-
-
-@dataclass
-class EpisodeStep:
-    """One scripted step: the action taken, its observation and the guidance delivered before it."""
-
-    thought: str
-    tool: str
-    arguments: dict[str, Any]
-    observation: Observation
-    guidance: list[str] = field(default_factory=list)
-    eval: EvalRecord | None = None
-
-
-@dataclass
-class Episode:
-    task_id: str
-    steps: list[EpisodeStep]
-    evals: list[EvalRecord]  # agent evals and, last, the forced final eval
-    mistakes: list[str]
-    guidance: list[str]
-
-    @property
-    def final_score(self) -> float:
-        return self.evals[-1].score
-
-    @property
-    def best_score(self) -> float:
-        return max(e.score for e in self.evals)
-
-
-def run_episode(
-    task: TaskSpec,
-    agent: ScriptedAgent,
-    *,
-    annotate: bool = False,
-    max_steps: int | None = None,
-    root: Path | None = None,
-    **workspace_kwargs: Any,
-) -> Episode:
-    """Run a scripted agent to ``finish`` (or ``max_steps``), then the forced final eval.
-
-    With ``annotate`` the simulated annotator (:func:`check_deviation`) sends each distinct
-    guidance text once, delivered before the agent's next action.
-    """
-    limit = max_steps if max_steps is not None else task.max_steps
-    history: list[HistoryItem] = []
-    delivered: list[str] = []
-    steps: list[EpisodeStep] = []
-    evals: list[EvalRecord] = []
-    new_guidance: list[str] = []
-    with Workspace(task, root, **workspace_kwargs) as ws:
-        for i in range(limit):
-            thought, tool, args = agent.next_action(history, guidance=delivered)
-            res = ws.call(tool, args, i)
-            history.append((tool, args, res.observation.text))
-            steps.append(EpisodeStep(thought, tool, args, res.observation, new_guidance, res.eval))
-            new_guidance = []
-            if res.eval is not None:
-                evals.append(res.eval)
-            if res.done:
-                break
-            if annotate:
-                g = check_deviation(task, history)
-                if g is not None and g not in delivered:
-                    delivered.append(g)
-                    new_guidance = [g]
-        evals.append(ws.final_eval(max(0, len(steps) - 1)))
-    return Episode(task.task_id, steps, evals, list(agent.mistakes), delivered)
+# --- the reference and the baseline ----------------------------------------------------------------
 
 
 def run_reference(task: TaskSpec, root: Path | None = None) -> float:
-    """Final score of the reference plan (scripted agent, noise 0)."""
-    return run_episode(task, ScriptedAgent(task, random.Random(0), 0.0), root=root).final_score
+    """Final score of the reference plan: the scripted agent (noise 0) in the one episode loop."""
+    from apollo.engines.scripted import run_scripted
+
+    return run_scripted(task, noise=0.0, seed=0, root=root)[0].final_score or 0.0
 
 
 def run_baseline(task: TaskSpec, root: Path | None = None) -> float:

@@ -1,19 +1,26 @@
-"""Shared plumbing of the rollout-like stages: engines cached per process, parallel rollouts."""
+"""Shared plumbing of the rollout-like stages: the stage's engine, episodes run by the async runtime.
+
+``<stage>.engine`` picks the policy backend: ``hf`` (in-process transformers), ``vllm_server`` (a
+served vLLM policy: started for the stage and stopped after it, or ``<stage>.server.url`` of a
+running one), ``vllm`` (in-process vLLM), ``openai`` (any OpenAI-compatible server) or ``scripted``.
+``<stage>.workers`` is the number of episodes in flight (:func:`apollo.runtime.run_episodes`).
+"""
+
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from apollo.agent.react import AgentConfig, run_episode
+from apollo.agent.react import AgentConfig, arun_episode, run_episode
 from apollo.engines.base import Engine, make_engine
 from apollo.schema import Trajectory
 
@@ -70,21 +77,109 @@ def agent_config(p: dict[str, Any]) -> AgentConfig:
     )
 
 
-def run_jobs(jobs: list[RolloutJob], one: Callable[[RolloutJob], Trajectory], workers: int,
-             desc: str) -> list[Trajectory]:
-    """Run rollouts on a thread pool (model calls release the GIL; tool calls wait on processes)."""
-    out: list[Trajectory | None] = [None] * len(jobs)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex, tqdm(total=len(jobs), desc=desc) as bar:
-        futs = {ex.submit(one, j): i for i, j in enumerate(jobs)}
-        for fut in as_completed(futs):
-            t = fut.result()
-            out[futs[fut]] = t
-            bar.set_postfix(last=f"{t.task_id}:{t.final_score:.0f}")
-            bar.update(1)
-    return [t for t in out if t is not None]
+def run_jobs(jobs: list[RolloutJob], one: Callable[[RolloutJob], Awaitable[Trajectory] | Trajectory], workers: int,
+             desc: str, check: Callable[[], None] | None = None, engine: Any = None) -> list[Trajectory]:
+    """Run the jobs' episodes on the async runtime, ``workers`` in flight (see :mod:`apollo.runtime`).
+
+    ``one`` is an ``async def`` (an episode coroutine) or a blocking function, run in a thread.
+    """
+    from apollo.runtime import run_episodes
+
+    if not inspect.iscoroutinefunction(one):
+        blocking = one
+
+        async def one(job: RolloutJob) -> Trajectory:
+            return await asyncio.to_thread(blocking, job)
+
+    async def close() -> None:
+        if engine is not None and hasattr(engine, "aclose"):
+            await engine.aclose()
+
+    return run_episodes(jobs, one, concurrency=workers, desc=desc, check=check, on_loop_end=close)
+
+
+_SERVED: list[Engine] = []  # served engines of the stage sessions open in this process (innermost last)
+
+
+def engine_kwargs(p: dict[str, Any]) -> dict[str, Any]:
+    return {"temperature": float(p.get("temperature", 0.7)), "max_new_tokens": int(p.get("max_new_tokens", 192))}
+
+
+@contextmanager
+def engine_session(p: dict[str, Any], model_path: str | Path, *, log_dir: Path | None = None) -> Iterator[Engine | None]:
+    """The stage's engine for the section ``p`` of params.yaml, alive for the whole stage.
+
+    ``vllm_server``: starts ``vllm serve`` on ``model_path`` (stopped on exit) unless
+    ``p.server.url`` names a running one; either way the server is checked first and a server that
+    cannot be used fails here with one sentence. ``scripted`` yields None (one engine per task).
+    Other kinds: the process-wide cached engine.
+    """
+    kind = p.get("engine", "hf")
+    if kind == "scripted":
+        yield None
+        return
+    if kind != "vllm_server":
+        yield get_engine(kind, model_path, **engine_kwargs(p), **_openai_kwargs(p))
+        return
+    from apollo.engines.vllm_server import ServerConfig, VLLMServer, VLLMServerEngine
+
+    cfg = ServerConfig.from_params(p)
+    server = None
+    if not cfg.url:
+        log_path = (log_dir / "vllm-serve.log") if log_dir else None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+        server = VLLMServer(model_path, cfg, log_path=log_path).start()
+    try:
+        engine = VLLMServerEngine(model_path, url=cfg.url or server.url, served_model_name=cfg.served_model_name,
+                                  top_logprobs=cfg.top_logprobs, max_context=cfg.max_model_len,
+                                  request_timeout_s=cfg.request_timeout_s, **engine_kwargs(p))
+        _SERVED.append(engine)
+        try:
+            yield engine
+        finally:
+            _SERVED.remove(engine)
+            engine.close()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def current_engine(p: dict[str, Any], model_path: str | Path) -> Engine:
+    """For a lone worker (a Prefect task per trajectory): the open session's served engine, a
+    running server at ``p.server.url``, or the cached in-process engine."""
+    kind = p.get("engine", "hf")
+    if kind != "vllm_server":
+        return get_engine(kind, model_path, **engine_kwargs(p), **_openai_kwargs(p))
+    if _SERVED:
+        return _SERVED[-1]
+    from apollo.engines.vllm_server import EngineUnavailable, ServerConfig, VLLMServerEngine
+
+    cfg = ServerConfig.from_params(p)
+    if not cfg.url:
+        raise EngineUnavailable("engine vllm_server outside a stage session needs a running server: "
+                                "set <stage>.server.url (e.g. http://127.0.0.1:8000)")
+    return VLLMServerEngine(model_path, url=cfg.url, served_model_name=cfg.served_model_name,
+                            top_logprobs=cfg.top_logprobs, max_context=cfg.max_model_len, **engine_kwargs(p))
+
+
+def _openai_kwargs(p: dict[str, Any]) -> dict[str, Any]:
+    return {"base_url": p.get("base_url") or None} if p.get("engine") == "openai" else {}
+
+
+def trajectory_id(job: RolloutJob) -> str:
+    return f"{job.task_id}-s{job.sample}-{uuid.uuid4().hex[:8]}"
 
 
 def episode(task: Any, engine: Engine, job: RolloutJob, cfg: AgentConfig, guidance: Any = None,
             meta: dict[str, Any] | None = None) -> Trajectory:
+    """One episode, blocking (a lone worker, e.g. a Prefect task)."""
     return run_episode(task, engine, guidance=guidance, config=cfg, seed=job.seed,
-                       trajectory_id=f"{job.task_id}-s{job.sample}-{uuid.uuid4().hex[:8]}", meta=meta)
+                       trajectory_id=trajectory_id(job), meta=meta)
+
+
+async def aepisode(task: Any, engine: Engine, job: RolloutJob, cfg: AgentConfig, guidance: Any = None,
+                   meta: dict[str, Any] | None = None) -> Trajectory:
+    """One episode as a coroutine of the stage's runtime."""
+    return await arun_episode(task, engine, guidance=guidance, config=cfg, seed=job.seed,
+                              trajectory_id=trajectory_id(job), meta=meta)
