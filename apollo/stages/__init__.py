@@ -31,13 +31,15 @@ def stage_module(name: str):
 
 
 def run_stage(name: str, params: dict[str, Any] | None = None, *, variant: str | None = None,
-              parent_run_id: str | None = None) -> dict[str, Any]:
-    """Run one stage in this process inside its own MLflow (child) run."""
+              parent_run_id: str | None = None, module: Any = None) -> dict[str, Any]:
+    """Run one stage in this process inside its own MLflow (child) run. ``module`` (with a
+    ``run(params, tracker[, variant])``) replaces ``apollo.stages.<name>``: a stage of another
+    ``dvc.yaml`` gets the same provenance."""
     from apollo.config import project_root
     from apollo.stages import provenance as prov
     from apollo.tracking import log_inputs, log_policy, system_metrics, update_best_alias
 
-    mod = stage_module(name)
+    mod = module or stage_module(name)
     root = project_root()
     run_name = f"{name}@{variant}" if variant else name
     info = prov.stage_info(root, os.environ.get("DVC_STAGE") or run_name)
