@@ -24,11 +24,12 @@ def test_trajectory_checkpoint_names_failing_rows_and_builds_docs(tmp_path):
     # the file-backed context: checkpoints, Data Docs, results kept per run
     gx_dir = tmp_path / "gx"
     assert (gx_dir / "great_expectations.yml").exists()
-    assert (gx_dir / "checkpoints" / "trajectories.steps").exists() or any((gx_dir / "checkpoints").iterdir())
+    assert (gx_dir / "checkpoints" / "trajectories.steps.json").exists()
+    assert (gx_dir / "validation_definitions" / "trajectories.steps.json").exists()
     docs = gx_dir / "uncommitted" / "data_docs" / "local_site" / "index.html"
     assert docs.exists() and e.value.report.docs == str(docs)
     assert "trajectories.steps" in docs.read_text()
-    runs = list((gx_dir / "uncommitted" / "validations" / "trajectories.steps").rglob("*.json"))
+    runs = list((gx_dir / "uncommitted" / "validations" / "trajectories" / "steps").rglob("*.json"))
     assert len(runs) >= 2  # the passing and the failing run, both kept
     bad = [make_traj("c")]
     bad[0].steps[1].guidance[0].delivered_step = 7  # guidance pointing at another step

@@ -29,7 +29,8 @@ def make_toy(tmp: Path) -> tuple[Path, dict[str, str]]:
                MLFLOW_TRACKING_URI=f"sqlite:///{proj / 'mlflow' / 'mlflow.db'}",
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
                GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
     run(["git", "init", "-q", "-b", "main"], proj, env)
     run([sys.executable, "-m", "dvc", "init", "-q"], proj, env)
     run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], proj, env)

@@ -63,6 +63,22 @@ def run_checkpoints(boundary: str, frames: dict[str, Any], expectations: dict[st
     from apollo.quality import QualityReport
     from apollo.quality.suites import INDEX
 
+    config = gx_root(root) / "gx" / "great_expectations.yml"
+    committed = config.read_bytes() if config.exists() else None
+    try:
+        return _run(boundary, frames, expectations, root)
+    finally:
+        # GX rewrites its config with fresh datasource ids on every run; keep the committed file
+        if committed is not None and config.read_bytes() != committed:
+            config.write_bytes(committed)
+
+
+def _run(boundary: str, frames: dict[str, Any], expectations: dict[str, list[Any]], root: Path | None):
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    from apollo.quality import QualityReport
+    from apollo.quality.suites import INDEX
+
     ctx = get_context(root)
     run_name = f"{os.environ.get('DVC_STAGE') or boundary}-{time.strftime('%Y%m%dT%H%M%S')}"
     results: list[dict[str, Any]] = []
