@@ -11,8 +11,9 @@ Whatever starts the stages, they land under one parent run named ``pipeline``:
 * a stage run alone (``apollo stage X``) gets a parent run of its own.
 
 Trained policies are logged with the ``transformers`` flavor and registered as
-``apollo-policy-<variant>`` with the aliases ``latest`` and ``best`` (best weighted final score of
-the evaluate stage on that version).
+``apollo-policy-<variant>`` with the aliases ``newest`` (MLflow reserves ``latest``; the URI
+``models:/apollo-policy-sft/latest`` resolves it too) and ``best`` (the version with the best weighted
+final score of its evaluate stage).
 """
 
 from __future__ import annotations
@@ -226,36 +227,45 @@ def log_inputs(run: Run, inputs: dict[str, str], context: str = "input") -> None
         run.client.log_inputs(run.run_id, datasets=items)
 
 
+NEWEST = "newest"  # MLflow reserves the alias "latest" (models:/<name>/latest is built in)
+
+
 def policy_model_name(variant: str) -> str:
     return f"apollo-policy-{variant}"
 
 
 def log_policy(run: Run, model_dir: Path, variant: str) -> str | None:
-    """Log the HF folder with the transformers flavor, register it, alias the version ``latest``."""
+    """Log the HF folder with the transformers flavor, register it, alias the version ``newest``."""
     import mlflow
+    import tokenizers
+    import torch
+    import transformers
 
     name = policy_model_name(variant)
     mlflow.set_tracking_uri(tracking_uri())
+    # requirements given, not inferred: inference imports every installed torch extra (torchvision…)
+    reqs = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}",
+            f"tokenizers=={tokenizers.__version__}"]
     with mlflow.start_run(run_id=run.run_id):
         info = mlflow.transformers.log_model(transformers_model=str(model_dir), name="policy",
                                              task="text-generation", registered_model_name=name,
-                                             await_registration_for=60)
+                                             pip_requirements=reqs, await_registration_for=60)
     version = str(info.registered_model_version or "")
     if version:
-        run.client.set_registered_model_alias(name, "latest", version)
+        run.client.set_registered_model_alias(name, NEWEST, version)
         run.client.set_model_version_tag(name, version, "apollo.variant", variant)
         run.set_tags({"apollo.model_version": f"{name}/{version}"})
     return version or None
 
 
 def update_best_alias(run: Run, variant: str, score: float) -> str | None:
-    """Record ``score`` on the ``latest`` version of ``apollo-policy-<variant>`` and point ``best``
+    """Record ``score`` on the ``newest`` version of ``apollo-policy-<variant>`` and point ``best``
     at the version with the highest recorded score."""
     from mlflow.exceptions import MlflowException
 
     name = policy_model_name(variant)
     try:
-        latest = run.client.get_model_version_by_alias(name, "latest")
+        latest = run.client.get_model_version_by_alias(name, NEWEST)
     except MlflowException:
         return None  # this variant is not a registered model (base, reference)
     run.client.set_model_version_tag(name, latest.version, "apollo.eval.weighted_final", f"{score:.4f}")

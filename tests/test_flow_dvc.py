@@ -4,8 +4,8 @@ On the toy DVC project (tests/toy, in a tmp git repo) with the real flow code:
 * a param edited while an earlier stage runs is used *and recorded* by the later stage;
 * a param of the running stage edited mid-run fails that stage, and dvc.lock keeps the old record;
 * a plain ``dvc repro`` records what it ran, its stage runs under one MLflow parent;
-* ``--force`` of a foreach group re-runs only those stages; reverting a param restores from DVC's
-  run cache instead of running again; every stage run carries upstream params and provenance tags.
+* reverting a param restores from DVC's run cache instead of running again; ``--force`` of a
+  foreach group re-runs only those stages; every stage run carries upstream params and provenance tags.
 """
 
 import json
@@ -45,18 +45,18 @@ def _gate_run(proj, env, stage, edit):
     t0 = time.time()
     while not (proj / f"started-{stage}").exists():
         assert p.poll() is None, p.stdout.read()[-4000:]
-        assert time.time() - t0 < 300, "stage never started"
+        assert time.time() - t0 < 900, "stage never started"
         time.sleep(0.2)
     edit()
     (proj / f"gate-{stage}").write_text("go")
-    out, _ = p.communicate(timeout=600)
+    out, _ = p.communicate(timeout=1200)
     (proj / f"gate-{stage}").unlink()
     (proj / f"started-{stage}").unlink()
     return p.returncode, out
 
 
 def test_force_names_are_validated():
-    stages = ["a", "b", "c@x", "c@y", "score"]
+    stages = ["a", "b", "c@x", "c@y"]
     assert resolve_force(["c"], stages) == ["c@x", "c@y"]
     assert resolve_force(["c@y", "a"], stages) == ["c@y", "a"]
     with pytest.raises(StageNameError, match="no stage 'evaluate' in dvc.yaml"):
@@ -74,11 +74,11 @@ def test_flow_records_the_params_each_stage_used(tmp_path):
     # 1. b's param edited while a runs: b runs with the new value, and dvc.lock says so
     rc, out = _gate_run(proj, env, "a", lambda: set_param(proj, "b.value", 20))
     assert rc == 0, out[-4000:]
-    assert "stages run: a, b, c@x, c@y, score" in out
+    assert "stages run: a, b, c@x, c@y" in out
     assert json.loads((proj / "out/b.json").read_text())["value"] == 20
     assert lock_params(proj, "b") == {"b": {"value": 20}}
     assert lock_params(proj, "a") == {"a": {"value": 1, "wait": True}}
-    assert json.loads((proj / "out/score.json").read_text())["total"] == 1 + 20 + 2 * (1 + 20 + 100)
+    assert json.loads((proj / "out/c-x.json").read_text())["total"] == 1 + 20 + 100
     st = run([sys.executable, "-m", "dvc", "status", "--json"], proj, env).stdout
     assert json.loads(st or "{}") == {}
 
@@ -87,7 +87,7 @@ def test_flow_records_the_params_each_stage_used(tmp_path):
     parents = [r for r, t in tags.items() if t.get("apollo.kind") == "pipeline"]
     assert len(parents) == 1
     kids = _children(runs, tags, parents[0])
-    assert set(kids) == {"a", "b", "c@x", "c@y", "score"}
+    assert set(kids) == {"a", "b", "c@x", "c@y"}
     assert params[kids["c@x"]] == {"a.value": "1", "a.wait": "True", "b.value": "20", "c.value": "100"}
     t = tags[kids["c@x"]]
     assert t["variant"] == "x" and len(t["git_commit"]) == 40 and len(t["dvc_lock_hash"]) == 16
@@ -102,25 +102,22 @@ def test_flow_records_the_params_each_stage_used(tmp_path):
 
     # 3. a plain `dvc repro` runs what is stale and records it; its stages share one parent run
     set_param(proj, "a.wait", False)
-    out = run([sys.executable, "-m", "dvc", "repro"], proj, env).stdout
+    out = run([sys.executable, "-m", "dvc", "repro"], proj, env, timeout=1200).stdout
     assert "Running stage 'a'" in out
     assert lock_params(proj, "a") == {"a": {"value": 3, "wait": False}}
     runs, tags, _ = _runs(proj)
     dvc_parents = [r for r, t in tags.items() if t.get("apollo.kind") == "pipeline" and "apollo.invocation" in t]
     assert len(dvc_parents) == 1 and runs[dvc_parents[0]] == "pipeline"
-    assert set(_children(runs, tags, dvc_parents[0])) == {"a", "b", "c@x", "c@y", "score"}
-    shown = run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], proj, env).stdout
-    assert '"total": ' + str(3 + 20 + 2 * (3 + 20 + 100)) in shown.replace(" ", " ")
+    assert set(_children(runs, tags, dvc_parents[0])) == {"a", "b", "c@x", "c@y"}
+    shown = json.loads(run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], proj, env).stdout)
+    assert shown[""]["data"]["out/c-y.json"]["data"]["total"] == 3 + 20 + 100
 
-    # 4. --force a foreach group: only its stages run (score's inputs did not change)
-    out = run(FLOW + ["--force", "c"], proj, env).stdout
-    assert "stages run: c@x, c@y\n" in out
-
-    # 5. reverting a param restores the earlier outputs from DVC's run cache, no stage runs
+    # 4. reverting a param restores a and b from DVC's run cache (no run); --force of a foreach
+    #    group re-runs just its stages
     set_param(proj, "a.value", 1)
     set_param(proj, "a.wait", True)
-    out = run(FLOW, proj, env).stdout
-    assert "stages run: none" in out
-    assert "stages restored from DVC's run cache: a, b, c@x, c@y, score" in out
+    out = run(FLOW + ["--force", "c"], proj, env, timeout=1200).stdout
+    assert "stages run: c@x, c@y\n" in out
+    assert "stages restored from DVC's run cache: a, b\n" in out
     assert json.loads((proj / "out/b.json").read_text())["value"] == 20
     assert not (proj / "started-a").exists()  # a never ran

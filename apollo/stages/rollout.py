@@ -69,7 +69,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 def finalize(trajs: list[Trajectory], paths: Paths | None = None, tracker=None) -> dict[str, float]:
-    from apollo.supervision.quality import check_trajectories
+    from apollo.quality import check_trajectories
 
     paths = paths or Paths.default()
     trajs = sorted(trajs, key=lambda t: t.trajectory_id)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from apollo.stages import run_stage
 
-INPUTS = {"a": [], "b": ["out/a.json"], "c": ["out/b.json"], "score": ["out/c-x.json", "out/c-y.json"]}
+INPUTS = {"a": [], "b": ["out/a.json"], "c": ["out/b.json"]}
 
 
 def run(params, tracker, variant=None):
