@@ -67,8 +67,9 @@ def test_force_names_are_validated():
 
 
 @pytest.mark.slow
-def test_flow_records_the_params_each_stage_used(tmp_path):
+def test_flow_records_the_params_each_stage_used(tmp_path, prefect_api):
     proj, env = make_toy(tmp_path)
+    env["PREFECT_API_URL"] = prefect_api[0]
     set_param(proj, "a.wait", True)
 
     # 1. b's param edited while a runs: b runs with the new value, and dvc.lock says so

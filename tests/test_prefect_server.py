@@ -10,7 +10,6 @@ failure automation is created on the server.
 
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,12 +23,6 @@ import yaml
 from tests.toyproject import make_toy, run
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(pred, timeout, what, every=1.0):
@@ -69,7 +62,7 @@ def _done(api, run_id):
 
 
 @pytest.mark.slow
-def test_scheduled_and_manual_runs_on_a_real_server(tmp_path):
+def test_scheduled_and_manual_runs_on_a_real_server(tmp_path, prefect_api):
     proj, env = make_toy(tmp_path)
     # the nightly cron, as an interval a test can wait for
     cfg = yaml.safe_load((proj / "infra/prefect.yaml").read_text())
@@ -79,27 +72,13 @@ def test_scheduled_and_manual_runs_on_a_real_server(tmp_path):
     run(["git", "add", "-A"], proj, env)
     run(["git", "commit", "-qm", "interval schedule"], proj, env)
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    env = {**env, "PREFECT_API_URL": url, "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
-           "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
+    url, server_log = prefect_api
+    env = {**env, "PREFECT_API_URL": url, "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
     logs = tmp_path / "logs"
     logs.mkdir()
     procs = []
     try:
-        server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                  cwd=tmp_path, env=env, stdout=open(logs / "server.log", "w"),
-                                  stderr=subprocess.STDOUT)
-        procs.append(server)
         api = Api(url)
-
-        def healthy():
-            try:
-                return api.c.get("/health").status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        _wait(healthy, 180, "the Prefect server")
         run([PREFECT, "work-pool", "create", "apollo-process", "--type", "process"], proj, env)
         run([PREFECT, "--no-prompt", "deploy", "--prefect-file", "infra/prefect.yaml", "--all"], proj, env)
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "apollo-process"], cwd=proj, env=env,
@@ -118,9 +97,9 @@ def test_scheduled_and_manual_runs_on_a_real_server(tmp_path):
             states = [(r["name"], r["state_name"]) for r in api.runs(dep["id"])]
             raise AssertionError(f"no completed nightly run: {states}\n"
                                  + (logs / "worker.log").read_text()[-5000:]
-                                 + (logs / "server.log").read_text()[-3000:]) from None
+                                 + server_log.read_text()[-3000:]) from None
         assert first["auto_scheduled"]
-        assert "InvalidRequestError" not in (logs / "server.log").read_text()  # the scheduler works
+        assert "InvalidRequestError" not in server_log.read_text()  # the scheduler works
         api.c.patch(f"/deployments/{dep['id']}", json={"paused": True}).raise_for_status()
         for r in api.runs(dep["id"]):  # let no other scheduled run compete with the manual ones
             if r["state_type"] in ("SCHEDULED", "PENDING", "RUNNING"):

@@ -1,0 +1,50 @@
+"""Shared fixtures: one real local Prefect server for the tests that run flows through it."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """``http://127.0.0.1:PORT/api`` of a Prefect server (its own PREFECT_HOME), stopped at the end."""
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+               PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2")
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host",
+                             "127.0.0.1", "--port", str(port)], cwd=home, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        t0 = time.time()
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (home / "server.log").read_text()[-3000:]
+            assert time.time() - t0 < 600, "the Prefect server did not start in 600 s"
+            time.sleep(1)
+        yield url, home / "server.log"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
