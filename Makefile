@@ -8,6 +8,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PREFECT_LOGGING_EXTRA_LOGGERS := apollo
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
+# a busy machine can need more than the default 20 s to start the temporary Prefect server
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 

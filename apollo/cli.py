@@ -20,8 +20,13 @@ def _setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    for noisy in ("httpx", "alembic", "mlflow", "urllib3", "filelock"):
+    for noisy in ("httpx", "alembic", "mlflow", "urllib3", "filelock", "great_expectations", "dvc",
+                  "transformers", "datasets", "torch", "asyncio", "git"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class CliError(Exception):
+    """A mistake the user can fix: printed as one sentence, no traceback."""
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
@@ -74,6 +79,9 @@ def _masker(args: argparse.Namespace, *, judge_default: bool = True):
 def cmd_mask_explain(args: argparse.Namespace) -> int:
     from apollo.schema import iter_trajectories
 
+    if not Path(args.file).is_file():
+        raise CliError(f"{args.file}: no such trajectory file; pass one such as data/masked/train.jsonl "
+                       "(make run writes it)")
     masker = _masker(args, judge_default=False) if args.apply else None
     found = False
     for t in iter_trajectories(args.file):
@@ -156,17 +164,36 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_port(host: str, port: int) -> None:
+    import errno
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise CliError(f"port {port} on {host} is already in use (another apollo serve?); stop that "
+                               f"server or pass --port N") from None
+            raise CliError(f"cannot listen on {host}:{port} ({e.strerror}); pass another --host/--port") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from apollo.guidance.service import cli_serve
 
+    if not args.new_token:
+        _check_port(args.host, args.port)
     return cli_serve(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="apollo", description=__doc__)
+    ap.add_argument("--debug", action="store_true", help="show tracebacks and library logs")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    from apollo.stages import STAGES
+
     s = sub.add_parser("stage", help="run one pipeline stage (what dvc repro calls)")
-    s.add_argument("name")
+    s.add_argument("name", choices=STAGES)
     s.add_argument("--variant", default=None)
     s.set_defaults(fn=cmd_stage)
     b = sub.add_parser("bench", help="benchmark tasks")
@@ -231,10 +258,37 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _one_sentence(e: BaseException) -> str:
+    text = str(e).strip() or e.__class__.__name__
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else text
+    if isinstance(e, (CliError, ValueError, FileNotFoundError, PermissionError)) or "\n" not in text:
+        return first if len(lines) <= 1 else f"{first} (+{len(lines) - 1} more lines: --debug shows them)"
+    return first
+
+
 def main(argv: list[str] | None = None) -> int:
-    _setup_logging()
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    _setup_logging()
+    if args.debug:
+        logging.getLogger().setLevel(logging.DEBUG)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        print("apollo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.debug:
+            raise
+        from apollo.quality import DataQualityError
+
+        if isinstance(e, DataQualityError):  # the summary names the failing rows: print it whole
+            print(f"apollo: {e}", file=sys.stderr)
+        elif isinstance(e, CliError):
+            print(f"apollo: {e}", file=sys.stderr)
+        else:
+            print(f"apollo: {_one_sentence(e)} (apollo --debug … shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

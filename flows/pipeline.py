@@ -1,124 +1,184 @@
-"""The pipeline flow: walk ``dvc.yaml``; DVC says whether a stage is stale, Prefect runs and
-observes it, ``dvc commit`` records it. A second run with nothing changed runs no stage.
+"""The pipeline flow: one Prefect task per stage of ``dvc.yaml``, each running the stage through
+DVC (``dvc repro --single-item <stage>``), so ``make run``, a Prefect UI trigger and ``dvc repro``
+run the same code and DVC records the provenance (params read when the stage starts, run cache
+used, ``dvc.lock`` written by DVC).
+
+Parameters (also what a UI trigger fills in):
+* ``force`` — stages to re-run although DVC finds them up to date (``dvc repro --force``); a name
+  is a stage (``rollout``, ``evaluate@base``) or a foreach group (``evaluate``: all of them). Only
+  the named stages are forced; a downstream stage re-runs when DVC finds it stale, i.e. when the
+  forced stage's outputs changed. Unknown names fail before anything runs.
+* ``params`` — a params overlay ``{"rollout.temperature": 0.5, …}``: the run becomes a DVC
+  experiment (``dvc exp run --temp -S key=value …``) listed by ``dvc exp show``; the workspace's
+  ``params.yaml`` and ``dvc.lock`` stay untouched.
+* ``wait_s`` — one pipeline run per workspace: a second run waits this long, then is refused.
 
 Entrypoint for deployments: ``flows/pipeline.py:pipeline``. From a shell: ``python -m flows.pipeline``
-(``make run``). ``--force STAGE`` re-runs a stage even when DVC finds it up to date.
+(``make run``), ``--force STAGE``, ``--set key=value`` (an experiment).
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
-import sys
-import time
-from pathlib import Path
-from typing import Any
 
-from prefect import flow
-from prefect.logging import get_run_logger
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "apollo")  # apollo.* logs in every flow run
 
-from apollo.config import load_params, project_root
-from apollo.tracking import end_run, start_parent_run, tracking_uri
-from tasks.dvc_tasks import dvc_commit, dvc_status, stage_order
-from tasks.stage_tasks import evaluate_flow, rollout_flow, run_stage_task, with_workers
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
+from prefect import flow  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
 
-def _split(stage: str) -> tuple[str, str | None]:
-    name, _, variant = stage.partition("@")
-    return name, (variant or None)
+from apollo.config import project_root  # noqa: E402
+from apollo.tracking import end_run, run_url, start_parent_run, tracking_uri  # noqa: E402
+from tasks.dvc_tasks import experiment_name, resolve_force, stage_order, workspace_lock  # noqa: E402
+from tasks.stage_tasks import DEFAULT_TIMEOUT_S, experiment_task, stage_task  # noqa: E402
 
-
-def _describe(status: dict[str, Any]) -> str:
-    parts = []
-    for entries in status.values():
-        for e in entries if isinstance(entries, list) else [entries]:
-            if isinstance(e, dict):
-                for kind, changes in e.items():
-                    if isinstance(changes, dict):
-                        parts.append(f"{kind}: " + ", ".join(f"{k} {v}" for k, v in list(changes.items())[:3]))
-                    else:
-                        parts.append(str(kind))
-            else:
-                parts.append(str(e))
-    return "; ".join(parts)[:300]
+log = logging.getLogger("apollo.pipeline")
 
 
-@flow(name="apollo-pipeline", log_prints=True)
-def pipeline(force: list[str] | None = None, root: str | None = None) -> dict[str, Any]:
-    """Run every stale stage of dvc.yaml in DAG order, tracked in one MLflow parent run."""
+def _results_markdown(root: Path, summary: dict[str, Any]) -> str:
+    lines = ["# Apollo pipeline", ""]
+    if summary.get("experiment"):
+        lines += [f"DVC experiment **{summary['experiment']}** (`dvc exp show`), overlay "
+                  f"`{summary['overlay']}`", ""]
+    if summary.get("stages"):
+        lines += ["| stage | status | seconds |", "|---|---|---|"]
+        lines += [f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in summary["stages"]]
+        lines.append("")
+    results = root / "data" / "report" / "results.md"
+    if results.exists() and not summary.get("experiment"):
+        lines += [results.read_text(), ""]
+    if summary.get("metrics"):
+        lines += ["```", str(summary["metrics"])[:4000], "```", ""]
+    if summary.get("mlflow_url"):
+        lines.append(f"MLflow parent run: [{summary.get('mlflow_run_id')}]({summary['mlflow_url']})")
+    return "\n".join(lines)
+
+
+def _on_failure(flow_obj, flow_run, state) -> None:
+    """Failure notification inside the run: an ERROR log line and a failure artifact (an automation
+    in ``infra/automations.yaml`` turns the failed state into a notification)."""
+    from prefect.artifacts import create_markdown_artifact
+
+    msg = state.message or "failed"
+    logging.getLogger("apollo.pipeline").error("pipeline run %s failed: %s", flow_run.name, msg)
+    try:
+        create_markdown_artifact(key="apollo-pipeline-failure", markdown=f"# Pipeline failed\n\n{msg}\n",
+                                 description=f"flow run {flow_run.name}")
+    except Exception:  # no API to write to: the log line is the notification
+        pass
+
+
+@flow(name="apollo-pipeline", log_prints=True, persist_result=True, on_failure=[_on_failure])
+def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = None, root: str | None = None,
+             wait_s: float = 0.0, stage_timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Run every stale stage of dvc.yaml through DVC (or, with ``params``, one DVC experiment)."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.runtime import flow_run
+
     logger = get_run_logger()
     root_path = Path(root).resolve() if root else project_root()
-    os.environ["APOLLO_ROOT"] = str(root_path)
-    os.chdir(root_path)
-    params = load_params(root_path / "params.yaml")
-    force = set(force or [])
+    if not (root_path / "dvc.yaml").exists():
+        raise FileNotFoundError(f"{root_path}: no dvc.yaml; run from the project root (or pass root=)")
     order = stage_order(root_path)
-    logger.info("stages in order: %s", ", ".join(order))
-    logger.info("MLflow: %s", tracking_uri())
-
-    parent = None
-    summary: dict[str, Any] = {"ran": [], "skipped": [], "seconds": {}}
+    forced = resolve_force(force, order)  # fails on an unknown name before anything runs
+    summary: dict[str, Any] = {"stages": [], "ran": [], "restored": [], "skipped": [], "seconds": {}}
     t_all = time.perf_counter()
-    try:
-        for stage in order:
-            status = dvc_status(root_path, stage)
-            if not status and stage not in force:
-                logger.info("%-20s up to date, skipped", stage)
-                summary["skipped"].append(stage)
-                continue
-            if parent is None:
-                from prefect.runtime import flow_run
-
-                parent = start_parent_run("pipeline", params, tags={"prefect.flow_run_id": flow_run.id or ""})
-            logger.info("%-20s stale (%s): running", stage, _describe(status) or "forced")
-            t0 = time.perf_counter()
-            name, variant = _split(stage)
-            if name == "rollout":
-                with_workers(rollout_flow, params, "rollout")(params, parent.run_id)
-            elif name == "evaluate":
-                with_workers(evaluate_flow, params, "evaluate")(params, parent.run_id, variant)
+    with workspace_lock(root_path, wait_s):
+        parent = start_parent_run("pipeline", root=root_path, tags={
+            "prefect.flow_run_id": flow_run.id or "", "apollo.started_by": "prefect"})
+        env = {"APOLLO_PARENT_RUN_ID": parent.run_id, "MLFLOW_TRACKING_URI": tracking_uri(root_path)}
+        logger.info("stages: %s; MLflow parent run %s (%s)", ", ".join(order), parent.run_id, env["MLFLOW_TRACKING_URI"])
+        try:
+            if params:
+                name = experiment_name(params)
+                summary.update(experiment=name, overlay=params)
+                parent.set_tags({"apollo.experiment": name})
+                res = experiment_task(str(root_path), params, name, env=env, timeout_s=stage_timeout_s)
+                summary["metrics"] = res["metrics"]
+                summary["ran"].append(res["stage"])
+                summary["seconds"][res["stage"]] = res["seconds"]
             else:
-                run_stage_task(name, params, parent.run_id, variant)
-            dvc_commit(root_path, stage)
-            summary["ran"].append(stage)
-            summary["seconds"][stage] = round(time.perf_counter() - t0, 1)
-            logger.info("%-20s done in %.1fs, committed to dvc.lock", stage, summary["seconds"][stage])
-    except BaseException:
-        if parent is not None:
+                for stage in order:
+                    res = stage_task(stage, stage_timeout_s)(str(root_path), stage, force=stage in forced,
+                                                             env=env, timeout_s=stage_timeout_s)
+                    summary["stages"].append(res)
+                    summary[res["status"]].append(stage)
+                    if res["status"] != "skipped":
+                        summary["seconds"][stage] = res["seconds"]
+        except BaseException:
             end_run(parent, "FAILED")
-        raise
-    if parent is not None:
-        report = root_path / "data" / "report"
-        parent.log_artifact(report / "results.md", "report")
-        parent.log_artifact(report / "scores.png", "report")
+            raise
         parent.log_metrics({"pipeline.seconds": time.perf_counter() - t_all,
-                            "pipeline.stages_run": len(summary["ran"])})
+                            "pipeline.stages_run": len(summary["ran"]),
+                            "pipeline.stages_restored": len(summary["restored"])})
+        report = root_path / "data" / "report"
+        if summary["ran"] or summary["restored"]:
+            parent.log_artifact(report / "results.md", "report")
+            parent.log_artifact(report / "scores.png", "report")
         end_run(parent)
-        summary["mlflow_run_id"] = parent.run_id
+    summary["mlflow_run_id"] = parent.run_id
+    summary["mlflow_url"] = run_url(parent, root_path)
+    try:
+        create_markdown_artifact(key="apollo-pipeline-results", markdown=_results_markdown(root_path, summary),
+                                 description="stage results, the results table and the MLflow run")
+    except Exception as e:  # an artifact is a view; the run's results are already recorded
+        logger.warning("could not create the results artifact: %s", e)
     return summary
 
 
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item}: expected key=value, e.g. --set rollout.temperature=0.5")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--force", action="append", default=[], help="stage to re-run even if up to date")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--force", action="append", default=[],
+                    help="re-run this stage (or foreach group) even if DVC finds it up to date")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="params overlay: run as a DVC experiment (dvc exp run -S)")
+    ap.add_argument("--wait", type=float, default=0.0, help="seconds to wait for another run in this workspace")
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     for noisy in ("httpx", "alembic", "mlflow", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     t0 = time.perf_counter()
-    summary = pipeline(force=args.force)
+    try:
+        summary = pipeline(force=args.force, params=_parse_set(args.set) or None, wait_s=args.wait)
+    except Exception as e:
+        if args.debug:
+            raise
+        print(f"pipeline: {e}", file=sys.stderr)
+        return 1
     root = project_root()
     print()
+    if summary.get("experiment"):
+        print(f"experiment: {summary['experiment']} (dvc exp show; dvc exp apply {summary['experiment']})")
     print(f"stages run: {', '.join(summary['ran']) or 'none (everything up to date)'}")
-    if summary["ran"]:
+    if summary["restored"]:
+        print(f"stages restored from DVC's run cache: {', '.join(summary['restored'])}")
+    if summary["seconds"]:
         print("stage seconds: " + ", ".join(f"{k} {v}s" for k, v in summary["seconds"].items()))
     results = root / "data" / "report" / "results.md"
-    if results.exists():
+    if results.exists() and not summary.get("experiment"):
         print(results.read_text())
     print(f"results: {results}  plot: {root / 'data/report/scores.png'}")
-    print(f"MLflow: {tracking_uri()}  (make ui)")
+    print(f"MLflow: {summary.get('mlflow_url') or tracking_uri()}  (make ui)")
     print(f"pipeline finished in {time.perf_counter() - t0:.1f}s")
     return 0
 

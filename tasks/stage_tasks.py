@@ -1,88 +1,58 @@
-"""Prefect tasks around the apollo stages (rollout-like stages are mapped per trajectory)."""
+"""Prefect tasks that wrap a DVC stage run: ``dvc repro --single-item <stage>`` (or one
+``dvc exp run`` for a params overlay), with timeouts, retries where a re-run is safe and useful,
+persisted results, and the stage's own log lines (``apollo.*``) forwarded into the task's log.
+
+The stage code is the one ``dvc repro`` runs (``python -m apollo stage <name>``): there is no
+second, Prefect-only path through the stages.
+"""
 
 from __future__ import annotations
 
-import time
+from pathlib import Path
 from typing import Any
 
-from prefect import flow, task, unmapped
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
-from prefect.task_runners import ThreadPoolTaskRunner
 
-from apollo.config import Paths, section
-from apollo.schema import Trajectory
-from apollo.stages.common import RolloutJob
-from apollo.tracking import stage_run
+from tasks.dvc_tasks import exp_metrics, exp_run, repro_stage
+
+# Stages whose failure is usually transient (a model server, a task script, the annotator); the
+# others are deterministic, so a retry would only repeat the failure.
+RETRY_STAGES = ("rollout", "evaluate", "guidance")
+DEFAULT_TIMEOUT_S = 4 * 3600.0
 
 
-@task(name="stage", cache_policy=NO_CACHE, task_run_name="{name}")
-def run_stage_task(name: str, params: dict[str, Any], parent_run_id: str, variant: str | None = None) -> dict[str, Any]:
-    from apollo.stages import run_stage
+def _forward(logger):
+    def on_line(line: str) -> None:
+        logger.info("%s", line)
 
+    return on_line
+
+
+@task(name="dvc-repro", task_run_name="{stage}", cache_policy=NO_CACHE, persist_result=True)
+def repro_task(root: str, stage: str, force: bool = False, env: dict[str, str] | None = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """One stage through DVC; returns ``{stage, status: ran|restored|skipped, seconds}``."""
     logger = get_run_logger()
-    t0 = time.perf_counter()
-    metrics = run_stage(name, params, variant=variant, parent_run_id=parent_run_id)
-    logger.info("stage %s finished in %.1fs", name if not variant else f"{name}@{variant}", time.perf_counter() - t0)
-    return metrics
+    res = repro_stage(Path(root), stage, force=force, env=env, on_line=_forward(logger), timeout_s=timeout_s)
+    logger.info("%s: %s in %.1fs", stage, {"ran": "ran", "restored": "restored from DVC's run cache",
+                                          "skipped": "up to date, skipped"}[res.status], res.seconds)
+    return res.to_json()
 
 
-@task(name="rollout-one", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1,
-      task_run_name="rollout-{job.task_id}-s{job.sample}")
-def rollout_one(job: RolloutJob, params: dict[str, Any]) -> Trajectory:
-    from apollo.stages import rollout
-
-    t = rollout.run_one(job, params)
-    get_run_logger().info("%s: %d steps, final %.1f, best %.1f, guidance %d", t.trajectory_id,
-                          len(t.steps), t.final_score or 0, t.best_score or 0,
-                          sum(len(s.guidance) for s in t.steps))
-    return t
+def stage_task(stage: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+    """``repro_task`` with the stage's timeout and retry policy."""
+    retries = 1 if stage.split("@", 1)[0] in RETRY_STAGES else 0
+    return repro_task.with_options(timeout_seconds=timeout_s + 60, retries=retries, retry_delay_seconds=10)
 
 
-@task(name="evaluate-one", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1,
-      task_run_name="evaluate-{variant}-{job.task_id}-s{job.sample}")
-def evaluate_one(job: RolloutJob, params: dict[str, Any], variant: str) -> Trajectory:
-    from apollo.stages import evaluate
-
-    t = evaluate.run_one(job, params, variant)
-    get_run_logger().info("%s: %d steps, final %.1f, best %.1f", t.trajectory_id, len(t.steps),
-                          t.final_score or 0, t.best_score or 0)
-    return t
-
-
-def with_workers(flow_obj, params: dict[str, Any], name: str):
-    """The subflow with a thread pool sized by ``params[name].workers``."""
-    n = int(section(params, name).get("workers", 2))
-    return flow_obj.with_options(task_runner=ThreadPoolTaskRunner(max_workers=max(1, n)))
-
-
-@flow(name="rollout-stage")
-def rollout_flow(params: dict[str, Any], parent_run_id: str) -> dict[str, Any]:
-    """Rollouts mapped over (task, sample), the simulated annotator watching in its own process."""
-    from apollo.stages import rollout
-
-    with stage_run("rollout", {"rollout": params["rollout"], "seed": params.get("seed")}, parent_run_id) as tracker:
-        jobs = rollout.plan(params)
-        t0 = time.perf_counter()
-        with rollout.annotator(params):
-            futures = rollout_one.map(jobs, params=unmapped(params))
-            trajs = [f.result() for f in futures]
-        metrics = rollout.finalize(trajs, tracker=tracker)
-        tracker.log_metrics({**metrics, "rollout.seconds": time.perf_counter() - t0})
-    return metrics
-
-
-@flow(name="evaluate-stage", flow_run_name="evaluate-{variant}")
-def evaluate_flow(params: dict[str, Any], parent_run_id: str, variant: str) -> dict[str, Any]:
-    from apollo.stages import evaluate
-
-    with stage_run(f"evaluate@{variant}", {"evaluate": params["evaluate"], "seed": params.get("seed")},
-                   parent_run_id) as tracker:
-        jobs = evaluate.plan(params)
-        t0 = time.perf_counter()
-        futures = evaluate_one.map(jobs, params=unmapped(params), variant=unmapped(variant))
-        trajs = [f.result() for f in futures]
-        metrics = evaluate.finalize(trajs, variant)
-        tracker.log_metrics({**metrics, "evaluate.seconds": time.perf_counter() - t0})
-        tracker.log_artifact(Paths.default().eval(variant) / "table.md", "eval")
-    return metrics
+@task(name="dvc-exp-run", task_run_name="experiment-{name}", cache_policy=NO_CACHE, persist_result=True)
+def experiment_task(root: str, overlay: dict[str, Any], name: str, env: dict[str, str] | None = None,
+                    timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """The pipeline with a params overlay as one DVC experiment; returns its metrics."""
+    logger = get_run_logger()
+    res = exp_run(Path(root), overlay, name, env=env, on_line=_forward(logger), timeout_s=timeout_s)
+    metrics = exp_metrics(Path(root), name)
+    logger.info("experiment %s done in %.1fs (dvc exp show lists it)", name, res.seconds)
+    return {**res.to_json(), "experiment": name, "metrics": metrics}

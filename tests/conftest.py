@@ -3,14 +3,23 @@
 ``$APOLLO_SUITE_ROOT`` at it (subprocesses inherit it). ~3 s on two cores.
 
 Set ``APOLLO_SUITE_ROOT`` yourself to test against an existing suite instead.
+
+Shared fixtures: one real local Prefect server for the tests that run flows through it.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
+
+import httpx
+import pytest
 
 _CREATED: list[Path] = []
 
@@ -32,3 +41,43 @@ def pytest_unconfigure(config) -> None:
         shutil.rmtree(root, ignore_errors=True)
         if os.environ.get("APOLLO_SUITE_ROOT") == str(root):
             del os.environ["APOLLO_SUITE_ROOT"]
+
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """``http://127.0.0.1:PORT/api`` of a Prefect server (its own PREFECT_HOME), stopped at the end."""
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+               PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2")
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host",
+                             "127.0.0.1", "--port", str(port)], cwd=home, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        t0 = time.time()
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (home / "server.log").read_text()[-3000:]
+            assert time.time() - t0 < 600, "the Prefect server did not start in 600 s"
+            time.sleep(1)
+        yield url, home / "server.log"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

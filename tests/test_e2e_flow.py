@@ -3,8 +3,9 @@
 Small params (micro model, one task per split, few steps) keep it to a couple of minutes. Rollouts
 use the ``scripted`` backend (noisy expert demonstrations), so the tiny untrained policy still
 yields trainable actions; evaluation runs the real HF policies. Checks:
-every stage ran and was committed (``dvc status`` clean), MLflow holds one parent run with a child
-per stage, the results table exists; a second run runs no stage.
+every stage ran through DVC (``dvc status`` clean), MLflow holds one parent run with a child per
+stage and the trained policy in its registry, ``dvc metrics show``/``dvc plots show`` print the
+results; a second run runs no stage.
 """
 
 import json
@@ -48,7 +49,7 @@ SMALL["bootstrap"]["sft"] = {**_REPO["bootstrap"]["sft"], **SMALL["bootstrap"]["
 
 def _copy_project(dst: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tmp", "cache")
-    for name in ("apollo", "flows", "tasks", "infra", "tests/fixtures"):
+    for name in ("apollo", "flows", "tasks", "infra", "tests/fixtures", "gx"):
         shutil.copytree(ROOT / name, dst / name, ignore=ignore)
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(ROOT / name, dst / name)
@@ -105,6 +106,18 @@ def test_pipeline_end_to_end(tmp_path):
     assert {"suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate@base", "report"} <= children
     metric_keys = {k for k, in db.execute("select distinct key from metrics")}
     assert {"rollout.final_mean", "mask.drop_rate", "train.loss", "eval.weighted_final"} <= metric_keys
+    assert any(k.startswith("system/") for k in metric_keys)  # system metrics while training
+    aliases = dict(db.execute("select alias, version from registered_model_aliases where name='apollo-policy-sft'"))
+    assert set(aliases) == {"newest", "best"}
+    train_params = {k for k, in db.execute(
+        "select p.key from params p join runs r on p.run_uuid=r.run_uuid where r.name='train'")}
+    assert {"train.lr", "rollout.engine", "mask.rules", "build.upsample_react", "seed"} <= train_params
+    inputs = db.execute("select count(*) from inputs").fetchone()[0]
+    assert inputs >= 1  # log_input: the data each stage read
+    metrics = json.loads(_run(["dvc", "metrics", "show", "--json"], proj, env))
+    assert metrics[""]["data"]["data/report/results.json"]["data"]["sft"]["weighted"]["final"] >= 0
+    _run(["dvc", "plots", "show", "-o", str(tmp_path / "plots")], proj, env)
+    assert (tmp_path / "plots" / "index.html").exists()
 
     # a second run with nothing changed runs no stage
     out2 = _run([sys.executable, "-m", "flows.pipeline"], proj, env)

@@ -10,7 +10,7 @@ from apollo.config import Paths
 from apollo.schema import TrajectoryFileError, read_trajectories, write_trajectories
 from apollo.stages import mask as mask_stage
 from apollo.supervision.detectors import CATEGORIES
-from apollo.supervision.quality import DataQualityError, check_masks
+from apollo.quality import DataQualityError, check_masks
 
 FIXTURE_TRAJS = "tests/fixtures/rule_cases_trajectories.jsonl"
 PARAMS = {"mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.05, "max_kept_fraction": 1.0,

@@ -61,3 +61,57 @@ def test_train_params_accept_yaml_exponents_and_name_bad_fields():
         resolve_config(overlay_defaults({"learning_rate": 1e-5}), 0)
     with pytest.raises(ValueError, match=r"missing field\(s\) \['lr'\]"):
         resolve_config({k: v for k, v in overlay_defaults({}).items() if k != "lr"}, 0)
+
+
+def test_params_guard_fails_when_a_declared_param_changes(tmp_path):
+    from apollo.stages.provenance import ParamsChangedError, ParamsGuard, select
+
+    f = tmp_path / "params.yaml"
+    f.write_text("seed: 1\ntrain: {lr: 0.1, steps: 5}\nrollout: {temperature: 0.7}\n")
+    assert select({"a": {"b": 1, "c": 2}, "d": 3}, ["a.b", "d", "x"]) == {"a": {"b": 1}, "d": 3}
+    guard = ParamsGuard(f, ["seed", "train"])
+    f.write_text("seed: 1\ntrain: {lr: 0.1, steps: 5}\nrollout: {temperature: 0.2}\n")  # not declared
+    guard.check()
+    f.write_text("seed: 1\ntrain: {lr: 0.2, steps: 5}\nrollout: {temperature: 0.2}\n")
+    with pytest.raises(ParamsChangedError, match=r"train.lr \(0.1 -> 0.2\) changed while the stage ran"):
+        guard.check()
+
+
+def test_stage_info_knows_upstream_params_and_data_deps():
+    from pathlib import Path
+
+    from apollo.stages.provenance import stage_info
+
+    info = stage_info(Path("."), "train")
+    assert info.param_keys == ["seed", "train"]
+    assert {"bootstrap", "rollout", "guidance", "mask", "build"} <= set(info.upstream)
+    assert {"model", "bootstrap", "rollout", "mask", "build"} <= set(info.upstream_param_keys)
+    assert {"data/dataset", "data/models/base"} <= set(info.data_deps)
+    ev = stage_info(Path("."), "evaluate@sft")
+    assert "train" in ev.upstream and "data/models/sft" in ev.data_deps
+    assert stage_info(Path("."), "nosuch") is None
+
+
+def test_cli_errors_are_one_sentence_without_traceback(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "apollo", *args], capture_output=True, text=True, timeout=300)
+        return p.returncode, p.stderr.strip()
+
+    rc, err = cli("mask", "explain", str(tmp_path / "missing.jsonl"))
+    assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1
+    assert "no such trajectory file; pass one such as data/masked/train.jsonl" in err
+    rc, err = cli("serve", "--new-token", "bogus:x", "--tokens", str(tmp_path / "t.json"))
+    assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1 and "bogus" in err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc, err = cli("serve", "--port", str(port), "--db", str(tmp_path / "g.sqlite"), "--tokens", str(tmp_path / "t.json"))
+    assert rc == 1 and err == f"apollo: port {port} on 127.0.0.1 is already in use (another apollo serve?); " \
+                              "stop that server or pass --port N"
+    rc, err = cli("stage", "nosuch")
+    assert rc == 2 and "invalid choice: 'nosuch'" in err and "Traceback" not in err

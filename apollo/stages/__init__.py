@@ -1,13 +1,18 @@
 """The pipeline stages. Each is ``run(params, tracker, paths[, variant]) -> metrics``.
 
-``dvc.yaml`` runs them through ``apollo stage <name>``; the Prefect flow runs the very same
-functions (the rollout-like stages as mapped tasks) and observes them.
+``dvc.yaml`` runs them through ``apollo stage <name>``, whoever starts DVC (the Prefect flow,
+``dvc repro``, ``dvc exp run``). :func:`run_stage` wraps every stage the same way: params read
+once at the start and guarded (:mod:`apollo.stages.provenance`), an MLflow child run under the
+invocation's parent with the effective params of the stage and of every upstream stage, tags
+``git_commit``, ``dvc_lock_hash``, ``variant``, ``seed``, the data inputs (``log_input``, DVC
+digests), system metrics while training, and the trained policy logged and registered.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import time
 from typing import Any
 
@@ -26,16 +31,49 @@ def stage_module(name: str):
 
 
 def run_stage(name: str, params: dict[str, Any] | None = None, *, variant: str | None = None,
-              parent_run_id: str | None = None) -> dict[str, Any]:
-    """Run one stage in this process inside its own MLflow (child) run."""
-    params = params if params is not None else load_params()
-    mod = stage_module(name)
+              parent_run_id: str | None = None, module: Any = None) -> dict[str, Any]:
+    """Run one stage in this process inside its own MLflow (child) run. ``module`` (with a
+    ``run(params, tracker[, variant])``) replaces ``apollo.stages.<name>``: a stage of another
+    ``dvc.yaml`` gets the same provenance."""
+    from apollo.config import project_root
+    from apollo.stages import provenance as prov
+    from apollo.tracking import log_inputs, log_policy, system_metrics, update_best_alias
+
+    mod = module or stage_module(name)
+    root = project_root()
     run_name = f"{name}@{variant}" if variant else name
-    stage_params = {k: v for k, v in params.items() if k in (name, "seed", "model")}
+    info = prov.stage_info(root, os.environ.get("DVC_STAGE") or run_name)
+    guard = prov.ParamsGuard(root / "params.yaml", info.param_keys) if info and params is None else None
+    params = params if params is not None else load_params()
+    if info:  # the params this stage and its upstream stages ran with, as dvc.yaml declares them
+        logged = prov.select(params, sorted(set(info.param_keys) | set(info.upstream_param_keys)))
+    else:
+        logged = {k: v for k, v in params.items() if k in (name, "seed", "model")}
+    tags = {"git_commit": prov.git_commit(root), "dvc_lock_hash": prov.lock_hash(root),
+            "variant": variant or "", "seed": params.get("seed", ""), "dvc_stage": info.address if info else run_name}
+    if info and info.upstream:
+        tags["upstream_stages"] = ",".join(info.upstream)
+    if os.environ.get("DVC_EXP_NAME"):
+        tags["dvc_experiment"] = os.environ["DVC_EXP_NAME"]
     t0 = time.perf_counter()
-    with stage_run(run_name, stage_params, parent_run_id) as tracker:
+    with stage_run(run_name, logged, parent_run_id, tags=tags) as tracker:
+        if info and info.data_deps:
+            digests = prov.out_hashes(root)
+            log_inputs(tracker, {d: digests.get(d, "") for d in info.data_deps})
         kwargs = {"variant": variant} if variant else {}
-        metrics = mod.run(params, tracker, **kwargs)
+        if name == "train":
+            with system_metrics(tracker):
+                metrics = mod.run(params, tracker, **kwargs)
+        else:
+            metrics = mod.run(params, tracker, **kwargs)
         tracker.log_metrics({f"{name}.seconds": time.perf_counter() - t0})
+        if guard is not None:
+            guard.check()  # before DVC records anything: the outputs match the params it will record
+        if name == "train":
+            from apollo.config import Paths
+
+            log_policy(tracker, Paths(root).model(variant or "sft"), variant or "sft")
+        elif name == "evaluate" and variant and "eval.weighted_final" in metrics:
+            update_best_alias(tracker, variant, float(metrics["eval.weighted_final"]))
     log.info("stage %s done in %.1fs", run_name, time.perf_counter() - t0)
     return metrics

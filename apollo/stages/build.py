@@ -27,7 +27,7 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
         raise ValueError(
             f"{paths.masked / 'train.jsonl'}: no trainable example (every action masked or no trajectory)"
         )
-    from apollo.supervision.quality import check_dataset
+    from apollo.quality import check_dataset
 
     check_dataset(rows, max_length=cfg.max_length,
                   upsample={"react": cfg.upsample_react, "summary": cfg.upsample_summary},

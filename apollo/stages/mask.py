@@ -60,7 +60,7 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     cfg = MaskConfig.from_params(p)
     root = project_root()
     trajs = read_trajectories(paths.rollouts / "train.jsonl")
-    from apollo.supervision.quality import check_masks, check_trajectories
+    from apollo.quality import check_masks, check_trajectories
 
     check_trajectories(trajs, paths.quality / "trajectories_in.json", tracker)
     masker = Masker(cfg, root=root, cache_path=_cache_path(cfg, paths) if cfg.judge.enabled else None)

@@ -91,7 +91,7 @@ def summarize(trajs: list[Trajectory], crashed: list[Trajectory] | None = None) 
 
 def finalize(trajs: list[Trajectory], paths: Paths | None = None, tracker=None) -> dict[str, float]:
     """Check and write the trajectories: crashed ones to ``crashed.jsonl`` (never trained on)."""
-    from apollo.supervision.quality import check_trajectories
+    from apollo.quality import check_trajectories
 
     paths = paths or Paths.default()
     trajs = sorted(trajs, key=lambda t: t.trajectory_id)
