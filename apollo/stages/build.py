@@ -22,7 +22,22 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     )
     tokenizer = AutoTokenizer.from_pretrained(paths.base_model)
     trajs = read_trajectories(paths.masked / "train.jsonl")
+    auth: dict[str, int] = {}
+    if any(s.guidance for t in trajs for s in t.steps):
+        # guidance provenance (issue 13): a trajectory carrying a <real_user> message the store did not
+        # authenticate (forged guidance) is left out whole; its later actions were conditioned on it
+        from apollo.guidance.auth import check_trajectories, load_key
+
+        key = load_key(paths.guidance_store.parent / "guidance.key", create=False)
+        trajs, auth = check_trajectories(trajs, key)
+        if auth.get("trajectories.refused"):
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "build: %d trajectories refused: %d guidance messages without a valid authentication tag",
+                auth["trajectories.refused"], auth["guidance.unauthenticated"])
     rows, stats = build_dataset(trajs, tokenizer, cfg)
+    stats.update({f"build.{k}": v for k, v in auth.items()})
     if not rows:
         raise ValueError(
             f"{paths.masked / 'train.jsonl'}: no trainable example (every action masked or no trajectory)"
