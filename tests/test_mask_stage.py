@@ -14,7 +14,7 @@ from apollo.quality import DataQualityError, check_masks
 
 FIXTURE_TRAJS = "tests/fixtures/rule_cases_trajectories.jsonl"
 PARAMS = {"mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.05, "max_kept_fraction": 1.0,
-                   "labeled": "tests/fixtures/rule_cases.jsonl"}}
+                   "labeled": "tests/fixtures/blind/labels.jsonl"}}
 
 
 class Tracker:
@@ -70,6 +70,9 @@ def test_stage_masks_every_step_and_logs_drop_rates(done):
     table = (paths.masked / "labeled_report.txt").read_text()
     assert "blind_edit" in table and "precision" not in table or "prec" in table
     assert tracker.metrics["mask.labeled.category.improper_eval.recall"] >= 0.9
+    m = tracker.metrics  # the blind set: whole set and each split, with 95% intervals
+    assert m["mask.labeled.test.decision.recall_lo95"] <= m["mask.labeled.test.decision.recall"] <= 1.0
+    assert "test split: labeled actions" in table and "dev split" in table
     logged = {p.rsplit("/", 1)[-1] for p, _ in tracker.artifacts}
     assert {"labeled_report.txt", "labeled_report.json", "masks.json", "stats.json"} <= logged
     stats = json.loads((paths.masked / "stats.json").read_text())
