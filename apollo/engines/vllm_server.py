@@ -357,10 +357,20 @@ class VLLMServerEngine:
         """Load a saved HF checkpoint (same architecture) into the running server; returns seconds.
 
         Requests in flight finish on the old weights; every token sampled afterwards carries
-        ``version``.
+        ``version``. A checkpoint with tied input/output embeddings is refused: vLLM 0.32's
+        in-place reload (measured on the CPU build) reloads the embedding but leaves the tied
+        ``lm_head`` it serves from stale, so the server would sample from a mix of old and new
+        weights (its logprobs then match neither). Save such models with
+        ``tie_word_embeddings: false`` for in-place updates, or restart the server.
         """
         t0 = time.perf_counter()
         path = str(Path(weights_path).resolve())
+        import json
+
+        cfg = json.loads((Path(path) / "config.json").read_text())
+        if cfg.get("tie_word_embeddings", False):
+            raise ValueError(f"{path}/config.json: tie_word_embeddings is true; vLLM's in-place reload would "
+                             f"leave the tied lm_head stale: save the policy untied or restart the server")
         steps = [
             ("POST", "/pause", {"params": {"mode": "wait"}}),
             ("POST", "/collective_rpc", {"json": {"method": "reload_weights", "kwargs": {"weights_path": path}}}),
