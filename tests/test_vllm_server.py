@@ -74,7 +74,7 @@ def test_served_policy_concurrent_episodes_weight_update_and_logprobs(tmp_path):
         params = {"seed": 0, "rollout": {
             "engine": "vllm_server", "model": str(v0), "tasks": [t.task_id for t in tasks], "samples_per_task": 1,
             "workers": 2, "max_steps": 2, "max_new_tokens": 12, "temperature": 1.0,
-            "server": {"url": srv.url, "served_model_name": "policy"},
+            "server": {"url": srv.url, "served_model_name": "policy", "top_logprobs": 5},
             "annotator": {"delay_s": 0.0, "poll_s": 0.1, "max_per_trajectory": 1}}}
         metrics = rollout.run(params, paths=Paths(tmp_path / "stage"))
         staged = read_trajectories(tmp_path / "stage" / "data" / "rollouts" / "train.jsonl")

