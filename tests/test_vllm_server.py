@@ -11,19 +11,25 @@ from transformers import AutoModelForCausalLM
 
 from apollo.agent.prompt import SYSTEM_PROMPT, context_messages
 from apollo.agent.react import AgentConfig, arun_episode
+from apollo.config import Paths
 from apollo.engines.vllm_server import EngineUnavailable, ServerConfig, VLLMServer, VLLMServerEngine, free_port
 from apollo.env.tasks import list_tasks
 from apollo.models.tiny import make_config, make_model, train_tokenizer
 from apollo.runtime import run_episodes
+from apollo.schema import read_trajectories
+from apollo.stages import rollout
 
 
 def _models(root):
-    """Two tiny models with one tokenizer and architecture: the policy before and after "training"."""
+    """Two tiny models with one tokenizer and architecture: the policy before and after "training".
+
+    Untied output embeddings: vLLM 0.32's in-place reload on CPU leaves a tied ``lm_head`` stale
+    (``update_weights`` refuses tied checkpoints, see its docstring)."""
     tok = train_tokenizer([SYSTEM_PROMPT, "list_files open_file run_command eval finish tool_call arguments path"] * 50,
                           vocab_size=400)
     paths = []
     for name, seed in (("v0", 0), ("v1", 1)):
-        model = make_model(make_config(tok, "micro"), seed=seed)
+        model = make_model(make_config(tok, "micro", tie_word_embeddings=False), seed=seed)
         model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
         paths.append(root / name)
@@ -64,12 +70,24 @@ def test_served_policy_concurrent_episodes_weight_update_and_logprobs(tmp_path):
             return run_episodes(tasks, one, concurrency=2, desc=version_tag, on_loop_end=eng.aclose)
 
         before = run("before")
+        # the rollout stage through params, on the running server (server.url)
+        params = {"seed": 0, "rollout": {
+            "engine": "vllm_server", "model": str(v0), "tasks": [t.task_id for t in tasks], "samples_per_task": 1,
+            "workers": 2, "max_steps": 2, "max_new_tokens": 12, "temperature": 1.0,
+            "server": {"url": srv.url, "served_model_name": "policy", "top_logprobs": 5},
+            "annotator": {"delay_s": 0.0, "poll_s": 0.1, "max_per_trajectory": 1}}}
+        metrics = rollout.run(params, paths=Paths(tmp_path / "stage"))
+        staged = read_trajectories(tmp_path / "stage" / "data" / "rollouts" / "train.jsonl")
         seconds = eng.update_weights(v1, version=1)
         after = run("after")
         # the same seed replays the same tokens on the same weights (a fresh server request)
         again = eng.generate(context_messages(after[0], 0), seed=11 * 100_003)
         eng.close()
 
+    assert metrics["rollout.trajectories"] == 2 and metrics["rollout.crashed"] == 0
+    assert {t.engine for t in staged} == {"vllm_server"}
+    assert all(s.tokens is not None and s.tokens.policy_version == 0 and len(s.tokens.token_ids) <= 12
+               for t in staged for s in t.steps)
     assert seconds > 0 and eng.policy_version == 1
     for traj in before + after:
         assert len(traj.steps) == 2 and traj.engine == "vllm_server" and traj.finish_reason != "error"

