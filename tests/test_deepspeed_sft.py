@@ -281,6 +281,7 @@ def test_train_stage_runs_deepspeed_and_logs(work, tmp_path, monkeypatch):
     shutil.copy(work / "train.parquet", paths.dataset / "train.parquet")
     shutil.copytree(work / "base", paths.base_model)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the stage's child imports this checkout's apollo (cwd: a temp dir)
     monkeypatch.delenv("APOLLO_PARENT_RUN_ID", raising=False)
     params = {"seed": 0, "train": overlay_defaults({  # the stage reads a complete train section
         "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 1, "epochs": 1, "max_steps": 6, "micro_batch_size": 2,
