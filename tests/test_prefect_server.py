@@ -28,7 +28,10 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 def _wait(pred, timeout, what, every=1.0):
     t0 = time.time()
     while time.time() - t0 < timeout:
-        v = pred()
+        try:
+            v = pred()
+        except httpx.TimeoutException:  # a busy server (SQLite locked): ask again
+            v = None
         if v:
             return v
         time.sleep(every)
@@ -37,7 +40,7 @@ def _wait(pred, timeout, what, every=1.0):
 
 class Api:
     def __init__(self, url):
-        self.c = httpx.Client(base_url=url, timeout=30)
+        self.c = httpx.Client(base_url=url, timeout=120)
 
     def runs(self, deployment_id):
         r = self.c.post("/flow_runs/filter", json={"flow_runs": {"deployment_id": {"any_": [deployment_id]}}})
