@@ -28,16 +28,35 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 def _wait(pred, timeout, what, every=1.0):
     t0 = time.time()
     while time.time() - t0 < timeout:
-        v = pred()
+        try:
+            v = pred()
+        except httpx.TimeoutException:  # a busy server (SQLite locked): ask again
+            v = None
         if v:
             return v
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+class _Retrying(httpx.Client):
+    """A busy local server (SQLite locked) answers 503 or times out: ask again, a few times."""
+
+    def request(self, *args, **kwargs):
+        for attempt in range(10):
+            try:
+                r = super().request(*args, **kwargs)
+                if r.status_code != 503:
+                    return r
+            except httpx.TimeoutException:
+                if attempt == 9:
+                    raise
+            time.sleep(3)
+        return r
+
+
 class Api:
     def __init__(self, url):
-        self.c = httpx.Client(base_url=url, timeout=30)
+        self.c = _Retrying(base_url=url, timeout=120)
 
     def runs(self, deployment_id):
         r = self.c.post("/flow_runs/filter", json={"flow_runs": {"deployment_id": {"any_": [deployment_id]}}})
