@@ -17,7 +17,9 @@ from apollo.env.tasks import list_tasks
 from apollo.models.bootstrap import bootstrap_model
 from apollo.schema import Action, Trajectory
 from apollo.stages.bootstrap import build_config, is_noisy
-from apollo.train.sft import SFTConfig
+from dataclasses import replace
+
+from apollo.models.bootstrap import bc_defaults
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def test_bootstrap_trains_on_the_builders_rows(demos, tmp_path):
     cfg = BuildConfig(upsample_react=7, upsample_summary=10, max_length=4096)
     out = tmp_path / "base"
     stats = bootstrap_model(out, demos, cfg, preset="micro", vocab_size=700,
-                            sft=SFTConfig(max_steps=3, progress=False, max_length=4096))
+                            sft=replace(bc_defaults(), max_steps=3, progress=False, max_length=4096))
     n_windows = sum(len(windows(t)) for t in demos)
     n_summaries = sum(len(t.summaries) for t in demos)
     assert n_windows > len(demos)  # several windows per trajectory, not one conversation each
@@ -70,4 +72,4 @@ def test_bootstrap_without_trainable_samples_fails_clearly(demos, tmp_path):
     t = Trajectory.model_validate(demos[0].model_dump())
     t.steps, t.summaries = [], []
     with pytest.raises(ValueError, match="no trainable sample"):
-        bootstrap_model(tmp_path / "m", [t], preset="micro", sft=SFTConfig(max_steps=1, progress=False))
+        bootstrap_model(tmp_path / "m", [t], preset="micro", sft=replace(bc_defaults(), max_steps=1, progress=False))
