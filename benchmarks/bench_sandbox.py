@@ -15,11 +15,12 @@ import argparse
 import random
 import statistics
 import tempfile
+import os
 import time
 from pathlib import Path
 
 from apollo.env import Workspace, load_task
-from apollo.env.scripted import ScriptedAgent, run_episode
+from apollo.engines.scripted import run_scripted
 
 CALLS = {
     "run_command true": ("run_command", {"command": "true"}),
@@ -73,8 +74,9 @@ def main() -> None:
             starts[b].append(time.perf_counter() - t0)
     episode = {}
     for b in backends:
+        os.environ["APOLLO_SANDBOX"] = b  # the episode loop's workspaces use this backend
         t0 = time.perf_counter()
-        ep = run_episode(task, ScriptedAgent(task, random.Random(0), 0.0), root=root, sandbox=b)
+        ep, _ = run_scripted(task, noise=0.0, seed=0, root=root)
         episode[b] = (time.perf_counter() - t0, ep.final_score)
 
     print(f"task {task.task_id}, {args.reps} calls per tool and backend, interleaved; median ms [p10-p90]")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import sqlite3
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 import apollo
 from apollo.env import Workspace, load_task, reference_plan
-from apollo.env.scripted import ScriptedAgent, run_episode
+from apollo.engines.scripted import run_scripted
 from apollo.env.tasks import baseline_plan, list_tasks
 
 PROJECT = Path(apollo.__file__).resolve().parents[1]
@@ -265,10 +264,11 @@ def test_killing_the_supervisor_only_restarts_the_sandbox(ws: Workspace) -> None
     assert "fresh one was started" in out and "kept" in out and ws.sandbox.restarts == 1
 
 
-def test_reference_80_and_baseline_0_inside_the_sandbox(tmp_path: Path) -> None:
+def test_reference_80_and_baseline_0_inside_the_sandbox(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("APOLLO_SANDBOX", "bwrap")  # the episode loop's workspaces use this backend
     tasks = {t.family: t for t in list_tasks(split="test")}  # one task per family
     for family, t in sorted(tasks.items()):
-        ep = run_episode(t, ScriptedAgent(t, random.Random(0), 0.0), root=tmp_path, sandbox="bwrap")
+        ep, _ = run_scripted(t, noise=0.0, seed=0, root=tmp_path)
         assert ep.final_score == pytest.approx(80.0, abs=1.0), family
         with Workspace(t, tmp_path, sandbox="bwrap") as w:
             for i, step in enumerate(baseline_plan(t)):
