@@ -213,13 +213,18 @@ def system_metrics(run: Run, interval_s: float = 5.0) -> Iterator[None]:
 
 def log_inputs(run: Run, inputs: dict[str, str], context: str = "input") -> None:
     """Log each ``path -> digest`` as an MLflow dataset input (source: the local path)."""
-    from mlflow.data.meta_dataset import MetaDataset
-    from mlflow.data.artifact_dataset_sources import LocalArtifactDatasetSource
+    import warnings
+
+    from mlflow.data.dataset_source_registry import resolve_dataset_source  # the local-path source class
+    from mlflow.data.meta_dataset import MetaDataset                        # is registered at run time
     from mlflow.entities import DatasetInput, InputTag
 
     items = []
     for path, digest in inputs.items():
-        ds = MetaDataset(source=LocalArtifactDatasetSource(str(Path(path).resolve())), name=path,
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "can be interpreted in multiple ways"
+            source = resolve_dataset_source(str(Path(path).resolve()))
+        ds = MetaDataset(source=source, name=path,
                          digest=(digest or "unknown")[:36])
         items.append(DatasetInput(dataset=ds._to_mlflow_entity(),
                                   tags=[InputTag(key="mlflow.data.context", value=context)]))
