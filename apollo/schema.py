@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -267,6 +267,29 @@ def iter_trajectories(path: Path | str) -> Iterator[Trajectory]:
 
 def read_trajectories(path: Path | str) -> list[Trajectory]:
     return list(iter_trajectories(path))
+
+
+def atomic_write_dir(out: Path | str, fill: "Callable[[Path], Any]") -> None:
+    """Fill a temporary folder beside ``out`` (``fill(tmp)``), then rename it into place: a reader
+    never sees a half-written folder, and a failure leaves the previous ``out`` intact."""
+    import shutil
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; output folders are shared
+    try:
+        fill(tmp)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

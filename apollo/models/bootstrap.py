@@ -17,10 +17,7 @@ for tokenizer/trainer tests and benchmarks; the behaviour-cloning data are scrip
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +28,7 @@ import torch
 from apollo.agent.actions import format_action
 from apollo.data.build import BuildConfig, build_dataset, sample_conversations
 from apollo.data.tokenize import render
+from apollo.schema import atomic_write_dir
 from apollo.models.tiny import count_parameters, make_config, make_model, train_tokenizer
 from apollo.train.config import TrainConfig, loop_config, read_yaml, repo_params_path
 from apollo.train.loop import train
@@ -141,21 +139,7 @@ def save_model(directory: Path | str, model: torch.nn.Module, tokenizer: Any) ->
 
 
 def _save_atomic(out_dir: Path, model: torch.nn.Module, tokenizer: Any) -> None:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the model directory is shared
-    try:
-        save_model(tmp, model, tokenizer)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    atomic_write_dir(out_dir, lambda tmp: save_model(tmp, model, tokenizer))
 
 
 # ------------------------------------------------------------------------ synthetic conversations

@@ -9,15 +9,13 @@ place, so a reader never sees half a suite. Every stage that reads tasks depends
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from apollo.config import Paths
+from apollo.schema import atomic_write_dir
 
 
 def suite_dir(paths: Paths) -> Path:
@@ -28,21 +26,7 @@ def write_suite(out: Path, seed: int) -> list[dict[str, Any]]:
     """Generate the suite of ``seed`` into a temporary folder beside ``out``, then rename it into place."""
     from apollo.env.generate import generate_suite
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    tmp.chmod(0o755)
-    try:
-        generate_suite(tmp, seed=seed)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    atomic_write_dir(out, lambda tmp: generate_suite(tmp, seed=seed))
     return json.loads((out / "suite.json").read_text(encoding="utf-8"))
 
 
