@@ -167,13 +167,22 @@ class Triage:
         flags: list[dict[str, Any]] = []
         if self._use_detectors and n_steps:
             try:
+                from apollo.supervision.facts import Facts, TaskInfo
+                from apollo.supervision.masker import UnknownTaskError
+
                 with self._lock:
                     if self._masker is None:
                         from apollo.supervision.masker import MaskConfig, Masker
 
                         self._masker = Masker(MaskConfig())  # detectors and rules only: no judge
                     traj, _ = trajectory_so_far(self.store, tid)
-                    per_step = self._masker.rule_findings(traj)
+                    try:
+                        facts = Facts(traj, self._masker.task_info(traj))
+                    except UnknownTaskError:
+                        # a live hint, not a training label: a task outside the suite is judged on
+                        # the trajectory alone (detectors that need the task's facts stay silent)
+                        facts = Facts(traj, TaskInfo(task_id=traj.task_id))
+                    per_step = self._masker.rule_findings(traj, facts)
                 for fs in per_step[-self.last_k:]:
                     for f in fs:
                         if (not f.keep or f.flagged) and f.source != "symbolic":
