@@ -12,7 +12,7 @@ from apollo.agent.actions import format_action, parse_action
 from apollo.agent.prompt import initial_messages
 from apollo.env.tasks import load_task, parse_compute_pool
 from apollo.schema import EvalRecord, Guidance, Machine, Observation, Step, TaskFacts, Trajectory
-from apollo.supervision.detectors import TaskInfo, get_detectors, run_detectors
+from apollo.supervision.detectors import get_detectors, run_detectors
 from apollo.supervision.facts import load_task_infos
 from apollo.supervision.instructions import extract
 from apollo.supervision.masker import Masker, MaskConfig, UnknownTaskError

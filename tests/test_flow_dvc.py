@@ -9,7 +9,6 @@ On the toy DVC project (tests/toy, in a tmp git repo) with the real flow code:
 """
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys

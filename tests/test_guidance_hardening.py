@@ -36,7 +36,6 @@ from apollo.guidance.client import GuidanceClient
 from apollo.guidance.harness import free_port
 from apollo.guidance.service import check_transport, serve_in_thread
 from apollo.guidance.store import GuidanceStore
-from apollo.guidance.views import context_window
 from apollo.schema import Action, Guidance, Observation, Step, Trajectory
 
 TOK = {"annotator": "annot-hard-5c1d0e7f", "viewer": "viewer-hard-0b3a9c11", "agent": "agent-hard-77e2d4a0"}

@@ -33,6 +33,7 @@ def wait_for(pred, timeout=20.0, every=0.02):
 
 def test_service_restart_mid_run_loses_nothing(tmp_path):
     svc = ServiceProcess(tmp_path / "g.sqlite", tmp_path / "service.log", tokens=TOK).start()
+    stop_ann, stop_agents = threading.Event(), threading.Event()
     try:
         tids = [f"run-{i}" for i in range(4)]
         clients = {t: GuidanceClient(svc.url, TOK["agent"], poll_s=0.05, max_backoff_s=0.2) for t in tids}
@@ -41,7 +42,6 @@ def test_service_restart_mid_run_loses_nothing(tmp_path):
         assert all(c.flush(10) for c in clients.values())
         accepted: dict[str, list[str]] = defaultdict(list)  # answered 2xx
         taken: dict[str, list[dict]] = {}
-        stop_ann, stop_agents = threading.Event(), threading.Event()
         lock = threading.Lock()
 
         def annotator(name: str) -> None:
@@ -69,8 +69,10 @@ def test_service_restart_mid_run_loses_nothing(tmp_path):
             taken[tid] = run_agent(clients[tid], tid, "task-restart", step_s=0.02, stop=stop_agents,
                                    drain_until=behind, on_step=on_step)
 
-        threads = [threading.Thread(target=annotator, args=(f"ann{k}",)) for k in range(2)]
-        threads += [threading.Thread(target=agent, args=(t,)) for t in tids]
+        # daemon threads, stopped in `finally`: a failed restart must not leave them retrying forever
+        # (a live non-daemon thread keeps pytest from exiting after its summary)
+        threads = [threading.Thread(target=annotator, args=(f"ann{k}",), daemon=True) for k in range(2)]
+        threads += [threading.Thread(target=agent, args=(t,), daemon=True) for t in tids]
         for th in threads:
             th.start()
         time.sleep(1.2)
@@ -111,6 +113,8 @@ def test_service_restart_mid_run_loses_nothing(tmp_path):
         assert "POST /api/agent/sync" in log  # the access log is on ...
         assert not any(tok in log for tok in TOK.values())  # ... and holds no token
     finally:
+        stop_ann.set()
+        stop_agents.set()
         svc.kill()
 
 

@@ -9,7 +9,6 @@ failure automation is created on the server.
 """
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys

@@ -58,10 +58,7 @@ def _checkpoint(ctx, name: str, expectations: list[Any], index_cols: list[str]):
 def run_checkpoints(boundary: str, frames: dict[str, Any], expectations: dict[str, list[Any]],
                     root: Path | None = None):
     """Run the checkpoint of each table of ``boundary``; one report for the boundary."""
-    from great_expectations.core.run_identifier import RunIdentifier
 
-    from apollo.quality import QualityReport
-    from apollo.quality.suites import INDEX
 
     config = gx_root(root) / "gx" / "great_expectations.yml"
     committed = config.read_bytes() if config.exists() else None

@@ -54,8 +54,9 @@ def run_one(job: RolloutJob, params: dict[str, Any], variant: str, paths: Paths 
 async def arun_one(job: RolloutJob, params: dict[str, Any], variant: str, engine: Any) -> Trajectory:
     from apollo.env.tasks import load_task
 
+    p = section(params, "evaluate")
     task = load_task(job.task_id, view_hint=bool(p.get("view_hint", False)))
-    return await aepisode(task, _engine(job, task, variant, engine), job, agent_config(section(params, "evaluate")),
+    return await aepisode(task, _engine(job, task, variant, engine), job, agent_config(p),
                           guidance=None, meta={"stage": "evaluate", "variant": variant, "sample": job.sample})
 
 

@@ -46,7 +46,7 @@ FORBID_RUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?(?:run|us|call|execut|lau
 FORBID_EVAL_RE = re.compile(rf"(?i)\b(?:{_NEG}\s+(?:calling\s+|to\s+call\s+|call\s+)?eval\w*|no\s+more\s+eval\w*"
                             r"|without\s+(?:another|more|any\s+more)\s+eval\w*)")
 FINISH_RE = re.compile(r"(?i)\bcall\s+finish\b|\bfinish\s+(?:now|the\s+task)\b")
-USE_SCRIPT_RE = re.compile(rf"(?i)\b(?:use|run|execute|call)\s+(?:it\b|(?:python3?\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b)")
+USE_SCRIPT_RE = re.compile(r"(?i)\b(?:use|run|execute|call)\s+(?:it\b|(?:python3?\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b)")
 OPEN_SCRIPT_RE = re.compile(r"(?i)\bopen\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b.*?\buse\s+it\b")
 FLAG_RE = re.compile(r"(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))?")
 OPEN_BEFORE_EDIT_RE = re.compile(rf"(?i)\b(?:open|read|view|look\s+at)\s+{_PATH}\b.*\bbefore\s+(?:edit|chang|modif)")
