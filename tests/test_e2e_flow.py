@@ -103,7 +103,7 @@ def test_pipeline_end_to_end(tmp_path):
     assert len(parents) == 1
     children = {runs[r] for r, in db.execute(
         "select run_uuid from tags where key='mlflow.parentRunId' and value=?", (parents[0],))}
-    assert {"suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate@base", "report"} <= children
+    assert {"suite", "bootstrap", "rollout", "guidance", "mask", "build", "train@sft", "evaluate@base", "report"} <= children
     metric_keys = {k for k, in db.execute("select distinct key from metrics")}
     assert {"rollout.final_mean", "mask.drop_rate", "train.loss", "eval.weighted_final"} <= metric_keys
     assert any(k.startswith("system/") for k in metric_keys)  # system metrics while training
