@@ -110,7 +110,7 @@ def test_pipeline_end_to_end(tmp_path):
     aliases = dict(db.execute("select alias, version from registered_model_aliases where name='apollo-policy-sft'"))
     assert set(aliases) == {"newest", "best"}
     train_params = {k for k, in db.execute(
-        "select p.key from params p join runs r on p.run_uuid=r.run_uuid where r.name='train'")}
+        "select p.key from params p join runs r on p.run_uuid=r.run_uuid where r.name='train@sft'")}
     assert {"train.lr", "rollout.engine", "mask.rules", "build.upsample_react", "seed"} <= train_params
     inputs = db.execute("select count(*) from inputs").fetchone()[0]
     assert inputs >= 1  # log_input: the data each stage read
