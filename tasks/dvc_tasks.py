@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +135,32 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+PROGRESS_EVERY_S = 15.0  # a progress bar's redraws (\r) reach the flow's log at most this often
+
+
+def _split_output(chunks: Iterable[bytes]) -> Iterator[tuple[str, bool]]:
+    """Non-empty output lines from a byte stream, each with ``True`` when it was ended by ``\\r``
+    (a progress bar redrawing itself: tqdm ends a line with ``\\n`` only when the bar closes)."""
+    buf = b""
+    for chunk in chunks:
+        buf += chunk
+        while True:
+            m = _EOL.search(buf)
+            if m is None:
+                break
+            text = buf[:m.start()].decode("utf-8", "replace").rstrip()
+            redraw = m.group() == b"\r"
+            buf = buf[m.end():]
+            if text:
+                yield text, redraw
+    text = buf.decode("utf-8", "replace").rstrip()
+    if text:
+        yield text, False
+
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
 def _stream(cmd: list[str], root: Path, env: dict[str, str], on_line: Callable[[str], None],
             timeout_s: float | None) -> tuple[int, list[str]]:
     """Run ``cmd``, hand every output line to ``on_line`` (of a progress bar's redraws only the
@@ -157,14 +183,19 @@ def _stream(cmd: list[str], root: Path, env: dict[str, str], on_line: Callable[[
     if timer:
         timer.daemon = True
         timer.start()
+    last_redraw = float("-inf")
     lines: list[str] = []
     assert proc.stdout is not None
     try:
-        for raw in proc.stdout:
-            text = raw.decode("utf-8", "replace").split("\r")[-1].rstrip()
-            if text:
+        for text, is_redraw in _split_output(iter(lambda: proc.stdout.read1(65536), b"")):
+            if is_redraw:  # a progress bar's redraw: forwarded at most every PROGRESS_EVERY_S
+                now = time.monotonic()
+                if now - last_redraw < PROGRESS_EVERY_S:
+                    continue
+                last_redraw = now
+            else:
                 lines.append(text)
-                on_line(text)
+            on_line(text)
         proc.wait()
     finally:
         if timer:
