@@ -23,6 +23,10 @@ import pytest
 
 _CREATED: list[Path] = []
 
+# as `make test` exports: on a busy 2-core machine the temporary Prefect server a flow process
+# starts (no PREFECT_API_URL) can need more than Prefect's default 20 s; the same for a bare `pytest`
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
 
 def pytest_configure(config) -> None:
     # modules call list_tasks() at import time: the suite must exist before collection
