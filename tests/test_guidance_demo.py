@@ -16,16 +16,18 @@ from apollo.guidance.store import GuidanceStore
 def test_serve_demo_runs_live_agents_at_a_human_pace(tmp_path):
     port = free_port()
     db = tmp_path / "demo.sqlite"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APOLLO_")}
+    # no APOLLO_* token variables, but the generated suite the demo's agents work on (conftest)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APOLLO_") or k == "APOLLO_SUITE_ROOT"}
     proc = subprocess.Popen([sys.executable, "-m", "apollo", "serve", "--demo", "4", "--demo-step-s", "0.4",
                              "--port", str(port), "--db", str(db), "--tokens", str(tmp_path / "tokens.json"),
                              "--no-access-log"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        token = None
+        token, seen = None, []
         deadline = time.monotonic() + 60
         while token is None and time.monotonic() < deadline:
             line = proc.stdout.readline()
-            assert line or proc.poll() is None, "apollo serve --demo exited"
+            assert line or proc.poll() is None, "apollo serve --demo exited:\n" + "".join(seen)
+            seen.append(line)
             if line.startswith("apl_"):
                 token = line.strip()  # printed once, for the demo's annotator
         assert token
