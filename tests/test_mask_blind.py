@@ -1,4 +1,6 @@
-"""The blind labeled set (tests/fixtures/blind/): made as its protocol says, and scored with intervals."""
+"""The blind labeled sets, made as their protocols say and scored with intervals: ``tests/fixtures/blind/``
+(the base policy's guided rollouts: the set ``mask.labeled`` reports on) and ``tests/fixtures/blind_teacher/``
+(the noisy scripted teacher's guided rollouts: more of the rarer categories)."""
 
 from __future__ import annotations
 
@@ -11,18 +13,18 @@ import pytest
 from apollo.supervision.labeled import evaluate_labeled, load_labeled, load_split, wilson
 from apollo.supervision.masker import Masker, MaskConfig
 
-BLIND = Path("tests/fixtures/blind")
-LABELS = BLIND / "labels.jsonl"
+SETS = [Path("tests/fixtures/blind"), Path("tests/fixtures/blind_teacher")]
 
 
-@pytest.fixture(scope="module")
-def blind():
-    labels, trajs = load_labeled(LABELS)
-    return labels, trajs, load_split(LABELS)
+@pytest.fixture(scope="module", params=SETS, ids=lambda p: p.name)
+def blind(request):
+    labels_path = request.param / "labels.jsonl"
+    labels, trajs = load_labeled(labels_path)
+    return labels, trajs, load_split(labels_path), request.param
 
 
 def test_blind_set_is_complete_and_split_as_the_protocol_says(blind):
-    labels, trajs, split = blind
+    labels, trajs, split, BLIND = blind
     assert (BLIND / "PROTOCOL.md").is_file() and (BLIND / "rollouts.jsonl").is_file()
     assert len(labels) >= 300
     labeled = sorted({lab.trajectory_id for lab in labels})
@@ -38,7 +40,7 @@ def test_blind_set_is_complete_and_split_as_the_protocol_says(blind):
 
 
 def test_report_per_category_with_wilson_intervals(blind):
-    labels, trajs, split = blind
+    labels, trajs, split, _ = blind
     masker = Masker(MaskConfig())
     test = evaluate_labeled(masker, labels, trajs, only=split["test"], title="test split")
     n = sum(lab.trajectory_id in set(split["test"]) for lab in labels)
