@@ -14,7 +14,8 @@ from apollo.quality import DataQualityError, check_masks
 
 FIXTURE_TRAJS = "tests/fixtures/rule_cases_trajectories.jsonl"
 PARAMS = {"mask": {"rules": "apollo/supervision/rules.yaml", "min_kept_fraction": 0.05, "max_kept_fraction": 1.0,
-                   "labeled": "tests/fixtures/blind/labels.jsonl"}}
+                   # the teacher set: it has positives for every category the asserts below read
+                   "labeled": "tests/fixtures/blind_teacher/labels.jsonl"}}
 
 
 class Tracker:
