@@ -136,6 +136,7 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 PROGRESS_EVERY_S = 15.0  # a progress bar's redraws (\r) reach the flow's log at most this often
+_EOL = re.compile(rb"\r\n|\r|\n")
 
 
 def _split_output(chunks: Iterable[bytes]) -> Iterator[tuple[str, bool]]:
@@ -158,13 +159,10 @@ def _split_output(chunks: Iterable[bytes]) -> Iterator[tuple[str, bool]]:
         yield text, False
 
 
-_EOL = re.compile(rb"\r\n|\r|\n")
-
-
 def _stream(cmd: list[str], root: Path, env: dict[str, str], on_line: Callable[[str], None],
             timeout_s: float | None) -> tuple[int, list[str]]:
-    """Run ``cmd``, hand every output line to ``on_line`` (of a progress bar's redraws only the
-    last); kill it (and its stage command) after ``timeout_s``."""
+    """Run ``cmd``, hand every output line to ``on_line`` (a progress bar's redraws at most every
+    ``PROGRESS_EVERY_S``; they are not kept in the returned lines); kill it (and its stage command) after ``timeout_s``."""
     import signal
     import threading
 
