@@ -95,42 +95,15 @@ class Scripted:
     noise: float = 0.4
 
 
-class _AnnotatedStore:
-    """The guidance store with the simulated annotator (:mod:`apollo.guidance.annotator`) run
-    synchronously after every step, so that a regenerated episode is deterministic. The store and
-    the annotator's decision are the pipeline's own; only the polling process is replaced by a
-    call per step."""
-
-    def __init__(self, store_path: Path, suite_root: Path | None = None):
-        from apollo.guidance.annotator import AnnotatorConfig
-        from apollo.guidance.store import GuidanceStore
-
-        self.store = GuidanceStore(store_path)
-        self.cfg = AnnotatorConfig(delay_s=0.0)
-        self.state: dict[str, dict[str, Any]] = {}
-        self.suite_root = suite_root
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-    def post_step(self, trajectory_id: str, step_index: int, *args: Any, **kw: Any) -> Any:
-        from apollo.guidance.annotator import annotate_once
-
-        out = self.store.post_step(trajectory_id, step_index, *args, **kw)
-        annotate_once(self.store, self.cfg, self.state, self.suite_root)
-        return out
-
-
 def run_scripted(scn: Scripted, task: Any, root: Path) -> tuple[Trajectory, list[dict[str, Any]]]:
-    from apollo.agent.react import AgentConfig, run_episode
-    from apollo.engines.scripted import ScriptedEngine
+    """The scenario's episode: :func:`apollo.engines.scripted.run_scripted` with the one simulated
+    annotator inline (no delay, at most its default number of messages), so it is deterministic."""
+    from apollo.engines import scripted
+    from apollo.guidance.annotator import AnnotatorConfig
 
-    engine = ScriptedEngine(task, noise=scn.noise, seed=scn.seed)
-    channel = _AnnotatedStore(root / f"{scn.id}-guidance.sqlite")
-    traj = run_episode(task, engine, guidance=channel, config=AgentConfig(max_steps=task.max_steps),
-                       seed=scn.seed, trajectory_id=f"labeled-{scn.id}", workspace_root=root,
-                       meta={"labeled": True, "scenario": scn.id})
-    traj.meta["mistakes"] = list(engine.agent.mistakes)
+    traj, _ = scripted.run_scripted(task, noise=scn.noise, seed=scn.seed, annotate=True,
+                                    annotator_config=AnnotatorConfig(delay_s=0.0), root=root,
+                                    trajectory_id=f"labeled-{scn.id}", meta={"labeled": True, "scenario": scn.id})
     tools = [s.action.tool for s in traj.steps]
     if tools != scn.tools:
         raise RuntimeError(f"{scn.id}: the episode took another path than labeled: {tools}")
