@@ -146,7 +146,7 @@ class GuidanceClient:
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
                   observation: str, *, step: Any = None, summary: Any = None, assistant_text: str | None = None,
                   detail: dict[str, Any] | None = None) -> None:
-        from apollo.guidance.store import step_detail, summary_dict
+        from apollo.guidance.rows import step_detail, summary_dict
 
         with self._cv:
             ids = self._at_step.pop((trajectory_id, step_index), None)

@@ -67,7 +67,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.pool import StaticPool
 
+from apollo.guidance.heartbeat import LIVE
 from apollo.guidance.records import derive_record, score_of
+from apollo.guidance.rows import step_detail, summary_dict, to_guidance
 from apollo.schema import Guidance
 
 log = logging.getLogger(__name__)
@@ -309,7 +311,7 @@ class GuidanceStore:
         with self._write() as c:
             res = self._register(c, trajectory_id, task_id, meta, session, owner)
         if owner is None:
-            _LIVE.add(self, trajectory_id)  # this process writes the store directly: keep it alive
+            LIVE.add(self, trajectory_id)  # this process writes the store directly: keep it alive
         return res
 
     def _register(self, c: Connection, trajectory_id: str, task_id: str, meta: dict[str, Any] | None,
@@ -510,7 +512,7 @@ class GuidanceStore:
         """The trajectory is over; what it never took (or took but never recorded) expires."""
         with self._write() as c:
             self._end(c, trajectory_id, status, final_score, session, owner)
-        _LIVE.discard(trajectory_id)
+        LIVE.discard(trajectory_id)
 
     def _end(self, c: Connection, trajectory_id: str, status: str, final_score: float | None,
              session: str | None, owner: str | None = None) -> None:
@@ -552,19 +554,26 @@ class GuidanceStore:
         due = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
                                              g.c.available_at <= now,
                                              or_(g.c.at_step.is_(None), g.c.at_step <= step_index)))).all()
-        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, due)]
+        self._mark_delivered(c, trajectory_id, due, step_index, now)
+        rows = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "delivered",
+                                              g.c.delivered_step == step_index, g.c.acknowledged_at.is_(None)))
+                         .order_by(g.c.seq)).all()
+        return [_guidance_dict(r) for r in rows]
+
+    def _mark_delivered(self, c: Connection, trajectory_id: str, candidates: list[Any], step_index: int,
+                        at: float) -> None:
+        """The authentic ``pending`` rows among ``candidates`` become ``delivered`` at ``step_index``
+        (a conditional update: exactly once), each with a ``guidance`` event."""
+        g = guidance_t
+        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, candidates)]
         newly = c.execute(
             update(g).where(and_(g.c.guidance_id.in_(ok), g.c.status == "pending"))
-            .values(status="delivered", delivered_at=now, delivered_step=step_index)
+            .values(status="delivered", delivered_at=at, delivered_step=step_index)
             .returning(g.c.guidance_id)
         ).all() if ok else []
         for r in newly:
             self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
                         step=step_index)
-        rows = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "delivered",
-                                              g.c.delivered_step == step_index, g.c.acknowledged_at.is_(None)))
-                         .order_by(g.c.seq)).all()
-        return [_guidance_dict(r) for r in rows]
 
     def pending(self, trajectory_ids: Iterable[str], now: float | None = None, *,
                 owner: str | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -616,15 +625,7 @@ class GuidanceStore:
         g = guidance_t
         cand = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
                                               g.c.guidance_id.in_(list(guidance_ids))))).all()
-        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, cand)]
-        newly = c.execute(
-            update(g).where(and_(g.c.guidance_id.in_(ok), g.c.status == "pending"))
-            .values(status="delivered", delivered_at=at, delivered_step=step_index)
-            .returning(g.c.guidance_id)
-        ).all() if ok else []
-        for r in newly:
-            self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
-                        step=step_index)
+        self._mark_delivered(c, trajectory_id, cand, step_index, at)
         rows = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id,
                                               g.c.guidance_id.in_(list(guidance_ids)))).order_by(g.c.seq)).all()
         return [_guidance_dict(r) for r in rows]
@@ -747,14 +748,7 @@ class GuidanceStore:
             q = q.where(t.c.status == status)
         with self._read() as c:
             rows = c.execute(q.order_by(t.c.started_at)).all()
-        out = []
-        for r in rows:
-            d = dict(r._mapping)
-            d["meta"] = _meta(d.get("meta"))
-            d.pop("session", None)
-            d.pop("owner", None)
-            out.append(d)
-        return out
+        return [_public_trajectory(r) for r in rows]
 
     def trajectory(self, trajectory_id: str) -> dict[str, Any]:
         t = trajectories_t
@@ -762,11 +756,7 @@ class GuidanceStore:
             r = c.execute(select(t).where(t.c.trajectory_id == trajectory_id)).first()
         if r is None:
             raise NotFound(f"no trajectory {trajectory_id!r}")
-        d = dict(r._mapping)
-        d["meta"] = _meta(d.get("meta"))
-        d.pop("session", None)
-        d.pop("owner", None)
-        return d
+        return _public_trajectory(r)
 
     def steps(self, trajectory_id: str, since: int = 0, *, full: bool = False,
               query: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
@@ -844,73 +834,10 @@ class GuidanceStore:
             return int(c.execute(select(func.max(events_t.c.id))).scalar() or 0)
 
 
-def to_guidance(row: dict[str, Any]) -> Guidance:
-    """A store row as the schema's :class:`Guidance` (only store rows ever become guidance)."""
-    return Guidance(guidance_id=row["guidance_id"], text=row["text"], author=row["author"],
-                    created_at=row["created_at"], delivered_at=row.get("delivered_at"),
-                    delivered_step=row.get("delivered_step"), auth_tag=row.get("auth_tag"))
-
-
-def summary_dict(summary: Any) -> dict[str, Any] | None:
-    """A :class:`apollo.schema.Summary` (or its dict) as stored (no token arrays, no mask)."""
-    if summary is None:
-        return None
-    d = summary if isinstance(summary, dict) else summary.model_dump()
-    keep = ("index", "covers_from", "covers_to", "prev_summary_index", "before_step", "text", "prompt_tokens")
-    return {k: d[k] for k in keep if k in d}
-
-
-def step_detail(step: Any) -> tuple[str, dict[str, Any]]:
-    """(model text, detail) of an :class:`apollo.schema.Step` for the store (no token arrays)."""
-    obs = step.observation
-    detail = {
-        "observation": {"exit_code": obs.exit_code, "error": obs.error, "truncated": obs.truncated,
-                        "refused": obs.refused},
-        "parse_error": step.action.parse_error,
-        "context_ref": step.context.model_dump(),
-        "prompt_tokens": step.prompt_tokens,
-        "started_at": step.started_at,
-        "gen_time_s": step.gen_time_s,
-        "wall_time_s": step.wall_time_s,
-        "guidance_ids": [g.guidance_id for g in step.guidance],
-    }
-    return step.assistant_text, detail
-
-
-class _Heartbeats:
-    """Trajectories this process registered directly in a store and has not ended: a daemon thread
-    refreshes their ``heartbeat_at`` every ``every_s`` while the process lives."""
-
-    every_s = 5.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: dict[str, GuidanceStore] = {}
-        self._thread: threading.Thread | None = None
-
-    def add(self, store: GuidanceStore, trajectory_id: str) -> None:
-        with self._lock:
-            self._live[trajectory_id] = store
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, daemon=True, name="guidance-heartbeat")
-                self._thread.start()
-
-    def discard(self, trajectory_id: str) -> None:
-        with self._lock:
-            self._live.pop(trajectory_id, None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.every_s)
-            with self._lock:
-                by_store: dict[int, tuple[GuidanceStore, list[str]]] = {}
-                for tid, st in self._live.items():
-                    by_store.setdefault(id(st.engine), (st, []))[1].append(tid)
-            for st, ids in by_store.values():
-                try:
-                    st.heartbeat(ids)
-                except Exception:  # a disposed engine, a locked database: next time
-                    log.debug("heartbeat failed", exc_info=True)
-
-
-_LIVE = _Heartbeats()
+def _public_trajectory(row: Any) -> dict[str, Any]:
+    """A trajectories row as readers see it: meta decoded, session and owner left out."""
+    d = dict(row._mapping)
+    d["meta"] = _meta(d.get("meta"))
+    d.pop("session", None)
+    d.pop("owner", None)
+    return d
