@@ -181,7 +181,7 @@ def _check_port(host: str, port: int) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from apollo.guidance.service import cli_serve
+    from apollo.guidance.server import cli_serve
 
     if not args.new_token:
         _check_port(args.host, args.port)

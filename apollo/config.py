@@ -6,11 +6,13 @@ The root is the current directory (where ``dvc.yaml`` lives), or ``APOLLO_ROOT``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+
+T = TypeVar("T")
 
 
 def project_root() -> Path:
@@ -46,6 +48,22 @@ def section(params: dict[str, Any], name: str) -> dict[str, Any]:
     if name not in params or not isinstance(params[name], dict):
         raise ParamsError(f"params.yaml: missing section '{name}'")
     return params[name]
+
+
+def from_section(cls: type[T], d: dict[str, Any] | None, where: str) -> T:
+    """The dataclass ``cls`` built from a params mapping ``d``; a key ``cls`` has no field for is an
+    error naming ``where`` (e.g. ``"params.yaml: sandbox"``) and the known keys."""
+    d = dict(d or {})
+    check_keys(d, cls, where)
+    return cls(**d)
+
+
+def check_keys(d: dict[str, Any], cls: type, where: str) -> None:
+    """Refuse the keys of ``d`` that the dataclass ``cls`` has no field for (see :func:`from_section`)."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown} (known: {sorted(known)})")
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from apollo.guidance.auth import TokenRegistry
 from apollo.guidance.demo import Demo
-from apollo.guidance.service import serve_in_thread
+from apollo.guidance.server import serve_in_thread
 from apollo.guidance.store import GuidanceStore
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from apollo.guidance.auth import TokenRegistry
 from apollo.guidance.client import GuidanceClient
-from apollo.guidance.service import serve_in_thread
+from apollo.guidance.server import serve_in_thread
 from apollo.guidance.store import GuidanceStore
 
 CHROMIUM = "/usr/bin/chromium"

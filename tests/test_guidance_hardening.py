@@ -34,7 +34,7 @@ from apollo.guidance.auth import (
 )
 from apollo.guidance.client import GuidanceClient
 from apollo.guidance.harness import free_port
-from apollo.guidance.service import check_transport, serve_in_thread
+from apollo.guidance.server import check_transport, serve_in_thread
 from apollo.guidance.store import GuidanceStore
 from apollo.schema import Action, Guidance, Observation, Step, Trajectory
 

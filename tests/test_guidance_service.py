@@ -18,7 +18,7 @@ from apollo.guidance.annotator import AnnotatorConfig, annotate_once
 from apollo.guidance.auth import TokenRegistry, create_token, digest
 from apollo.guidance.client import AnnotatorClient, GuidanceClient, ServiceError
 from apollo.guidance.records import derive_record
-from apollo.guidance.service import serve_in_thread
+from apollo.guidance.server import serve_in_thread
 from apollo.guidance.store import GuidanceStore
 from apollo.guidance.views import context_window
 

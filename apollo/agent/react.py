@@ -94,20 +94,11 @@ def _fit_window(engine: Engine, traj: Trajectory, step_index: int, first_step: i
         first_step = min(step_index, first_step + max(1, (step_index - first_step) // 2))
 
 
-def run_episode(
-    task: Any,
-    engine: Engine,
-    *,
-    guidance: GuidanceChannel | None = None,
-    config: AgentConfig | None = None,
-    seed: int = 0,
-    trajectory_id: str | None = None,
-    workspace_root: Any = None,
-    meta: dict[str, Any] | None = None,
-) -> Trajectory:
-    """Roll out one trajectory of ``engine`` on ``task`` (blocking); see :func:`arun_episode`."""
-    return asyncio.run(arun_episode(task, engine, guidance=guidance, config=config, seed=seed,
-                                    trajectory_id=trajectory_id, workspace_root=workspace_root, meta=meta))
+def run_episode(task: Any, engine: Engine, **kw: Any) -> Trajectory:
+    """Roll out one trajectory of ``engine`` on ``task`` (blocking): :func:`arun_episode` with the
+    same keyword arguments (``guidance``, ``config``, ``seed``, ``trajectory_id``, ``workspace_root``,
+    ``meta``), run to completion on a fresh event loop."""
+    return asyncio.run(arun_episode(task, engine, **kw))
 
 
 async def _generate(engine: Engine, msgs: list[dict[str, Any]], seed: int) -> Generation:

@@ -9,6 +9,7 @@ behaviour-cloning demonstrations; it reads the conversation like a model would).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -24,6 +25,29 @@ class Generation:
     # None: the engine cannot tell
     finish_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # e.g. policy_version (served engines)
+
+
+class LocalEngine:
+    """An engine that loads the policy's weights in this process (``hf``, ``vllm``): the sampling
+    settings and the policy's identity are set here, the backend loads in :meth:`_load` (its own
+    keyword arguments: dtype, device, …), which must set ``tokenizer`` and ``max_context``.
+
+    ``max_context``: the context length in tokens (None: the model's own).
+    """
+
+    name = "local"
+
+    def __init__(self, model_path: str | Path, *, temperature: float = 0.7, top_p: float = 1.0,
+                 max_new_tokens: int = 192, max_context: int | None = None, policy_version: int = 0,
+                 **backend: Any):
+        self.model_path = str(model_path)
+        self.policy_id = Path(self.model_path).name or self.model_path
+        self.policy_version = policy_version
+        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
+        self._load(max_context, **backend)
+
+    def _load(self, max_context: int | None, **backend: Any) -> None:
+        raise NotImplementedError
 
 
 class Engine(Protocol):

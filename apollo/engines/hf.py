@@ -3,40 +3,25 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from apollo.data.tokenize import tokenize_prompt
-from apollo.engines.base import Generation
+from apollo.engines.base import Generation, LocalEngine
 
 
-class HFEngine:
+class HFEngine(LocalEngine):
+    """``HFEngine(model_path, temperature=…, top_p=…, max_new_tokens=…, max_context=…,
+    policy_version=…, dtype="float32", device=None, model=None, tokenizer=None)``: the sampling
+    settings are :class:`~apollo.engines.base.LocalEngine`'s; ``model``/``tokenizer`` reuse loaded ones."""
+
     name = "hf"
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_new_tokens: int = 192,
-        max_context: int | None = None,
-        policy_version: int = 0,
-        dtype: str = "float32",
-        device: str | None = None,
-        model: Any = None,
-        tokenizer: Any = None,
-    ):
+    def _load(self, max_context: int | None, *, dtype: str = "float32", device: str | None = None,
+              model: Any = None, tokenizer: Any = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.model_path = str(model_path)
-        self.policy_id = Path(self.model_path).name or self.model_path
-        self.policy_version = policy_version
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_new_tokens = max_new_tokens
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)
         self.model = model or AutoModelForCausalLM.from_pretrained(

@@ -94,12 +94,14 @@ class ScriptedEngine:
 
 
 def run_scripted(task: Any, *, noise: float = 0.0, seed: int = 0, annotate: bool = False,
-                 max_steps: int | None = None, root: Any = None, tokenizer: Any = None,
+                 annotator_config: Any = None, max_steps: int | None = None, root: Any = None,
+                 tokenizer: Any = None, trajectory_id: str | None = None, meta: dict[str, Any] | None = None,
                  **config: Any) -> tuple[Any, ScriptedEngine]:
     """One episode of the scripted agent in the one episode loop; ``(trajectory, engine)``.
 
     ``annotate``: the simulated annotator watches inline (:class:`~apollo.agent.inline_annotator.
-    InlineAnnotator`), so its guidance reaches the agent at the next step, deterministically.
+    InlineAnnotator`, with ``annotator_config``, an :class:`~apollo.guidance.annotator.AnnotatorConfig`,
+    when given), so its guidance reaches the agent at the next step, deterministically.
     ``engine.agent.mistakes`` lists the mistakes the agent made.
     """
     from apollo.agent.inline_annotator import InlineAnnotator
@@ -107,9 +109,10 @@ def run_scripted(task: Any, *, noise: float = 0.0, seed: int = 0, annotate: bool
 
     engine = ScriptedEngine(task, noise=noise, seed=seed, tokenizer=tokenizer)
     cfg = AgentConfig(max_steps=max_steps, **config)
-    channel = InlineAnnotator(task) if annotate else None
+    channel = InlineAnnotator(task, annotator_config) if annotate else None
     try:
-        traj = run_episode(task, engine, guidance=channel, config=cfg, seed=seed, workspace_root=root)
+        traj = run_episode(task, engine, guidance=channel, config=cfg, seed=seed, workspace_root=root,
+                           trajectory_id=trajectory_id, meta=meta)
     finally:
         if channel is not None:
             channel.close()

@@ -10,37 +10,24 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from apollo.data.tokenize import tokenize_prompt
-from apollo.engines.base import Generation
+from apollo.engines.base import Generation, LocalEngine
 
 
-class VLLMEngine:
+class VLLMEngine(LocalEngine):
+    """``VLLMEngine(model_path, temperature=…, top_p=…, max_new_tokens=…, max_context=…,
+    policy_version=…, dtype="auto", gpu_memory_utilization=0.85, tensor_parallel_size=1)``; the
+    sampling settings are :class:`~apollo.engines.base.LocalEngine`'s; other keywords are ignored."""
+
     name = "vllm"
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_new_tokens: int = 192,
-        max_context: int | None = None,
-        policy_version: int = 0,
-        dtype: str = "auto",
-        gpu_memory_utilization: float = 0.85,
-        tensor_parallel_size: int = 1,
-        **_: Any,
-    ):
+    def _load(self, max_context: int | None, *, dtype: str = "auto", gpu_memory_utilization: float = 0.85,
+              tensor_parallel_size: int = 1, **_: Any) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from vllm import LLM
 
-        self.model_path = str(model_path)
-        self.policy_id = Path(self.model_path).name or self.model_path
-        self.policy_version = policy_version
-        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
         kwargs: dict[str, Any] = dict(
             model=self.model_path,
             dtype=dtype,

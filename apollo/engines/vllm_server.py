@@ -88,11 +88,10 @@ class ServerConfig:
 
     @classmethod
     def from_params(cls, section: dict[str, Any] | None) -> ServerConfig:
+        from apollo.config import check_keys
+
         raw = dict((section or {}).get("server") or {})
-        unknown = sorted(set(raw) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"params.yaml: server: unknown keys {unknown} "
-                             f"(known: {sorted(cls.__dataclass_fields__)})")
+        check_keys(raw, cls, "params.yaml: server")
         cfg = cls(**{k: v for k, v in raw.items() if v is not None})
         cfg.extra_args = [str(a) for a in (cfg.extra_args or [])]
         return cfg

@@ -146,7 +146,7 @@ class GuidanceClient:
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
                   observation: str, *, step: Any = None, summary: Any = None, assistant_text: str | None = None,
                   detail: dict[str, Any] | None = None) -> None:
-        from apollo.guidance.store import step_detail, summary_dict
+        from apollo.guidance.rows import step_detail, summary_dict
 
         with self._cv:
             ids = self._at_step.pop((trajectory_id, step_index), None)
@@ -226,20 +226,8 @@ class GuidanceClient:
             self._cv.notify_all()
 
     def _request_with_retry(self, method: str, url: str, *, timeout_s: float, **kw: Any) -> Any:
-        deadline, backoff = time.monotonic() + timeout_s, 0.05
-        while True:
-            try:
-                r = self._http.request(method, url, **kw)
-                if r.status_code not in RETRY_STATUS:
-                    if r.status_code >= 400:
-                        raise ServiceError(r.status_code, _detail(r))
-                    return r.json()
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"guidance service unreachable for {timeout_s:.0f} s")
-            time.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff_s)
+        return request_with_retry(self._http, method, url, retry_s=timeout_s, max_backoff_s=self.max_backoff_s,
+                                  **kw).json()
 
     def _run(self) -> None:
         while True:
@@ -327,6 +315,29 @@ class GuidanceClient:
                 self._cv.notify_all()
 
 
+def request_with_retry(http: httpx.Client, method: str, url: str, *, retry_s: float, max_backoff_s: float,
+                       **kw: Any) -> httpx.Response:
+    """One request, retried with exponential back-off (from 50 ms up to ``max_backoff_s``) on a
+    transport error or a retryable status (``RETRY_STATUS``) for ``retry_s`` seconds, then
+    :class:`TimeoutError` (chained from the last transport error, if any). Any other error status
+    raises :class:`ServiceError` at once."""
+    deadline, backoff = time.monotonic() + retry_s, 0.05
+    last: httpx.TransportError | None = None
+    while True:
+        try:
+            r = http.request(method, url, **kw)
+            if r.status_code not in RETRY_STATUS:
+                if r.status_code >= 400:
+                    raise ServiceError(r.status_code, _detail(r))
+                return r
+        except httpx.TransportError as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"guidance service unreachable for {retry_s:.0f} s") from last
+        time.sleep(backoff)
+        backoff = min(backoff * 2, max_backoff_s)
+
+
 class AnnotatorClient:
     """Annotator-side calls (the simulated annotator, the load test); store-compatible read shapes."""
 
@@ -341,21 +352,7 @@ class AnnotatorClient:
         self._http.close()
 
     def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
-        deadline, backoff = time.monotonic() + self.retry_s, 0.05
-        while True:
-            try:
-                r = self._http.request(method, url, **kw)
-                if r.status_code not in RETRY_STATUS:
-                    if r.status_code >= 400:
-                        raise ServiceError(r.status_code, _detail(r))
-                    return r
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"guidance service unreachable for {self.retry_s:.0f} s")
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+        return request_with_retry(self._http, method, url, retry_s=self.retry_s, max_backoff_s=2.0, **kw)
 
     def running(self) -> list[dict[str, Any]]:
         return self._request("GET", "/api/trajectories", params={"status": "running"}).json()

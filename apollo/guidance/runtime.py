@@ -78,7 +78,7 @@ def guidance_session(settings: GuidanceSettings, default_db: str | Path, annotat
 
         if settings.mode == "service":
             from apollo.guidance.auth import TokenRegistry
-            from apollo.guidance.service import serve_in_thread
+            from apollo.guidance.server import serve_in_thread
 
             tokens = TokenRegistry(token_file=settings.token_file or token_file)
             agent_token = tokens.issue("agent", "rollout")

@@ -36,38 +36,37 @@ while the registering process is alive (the service on each agent poll; a proces
 store directly by a background thread), so a rollout whose worker died without ending it shows as
 *lost* (:mod:`apollo.guidance.views`).
 
-This module only stores; what the UI derives from the rows (context windows, the triage list) is in
-:mod:`apollo.guidance.views`.
+This module holds the write side (the guidance life cycle above). The connection and schema are
+:mod:`apollo.guidance.db`, the reads :mod:`apollo.guidance.queries`, the row shapes of schema objects
+:mod:`apollo.guidance.rows`, the liveness thread :mod:`apollo.guidance.heartbeat`; what the UI derives
+from the rows (context windows, the triage list) is :mod:`apollo.guidance.views`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
     and_,
-    create_engine,
-    event,
     func,
-    inspect,
     insert,
     or_,
     select,
     update,
 )
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
+from apollo.guidance.db import Database
+from apollo.guidance.heartbeat import LIVE
+from apollo.guidance.queries import StoreReads
 from apollo.guidance.records import derive_record, score_of
+from apollo.guidance.rows import step_detail, summary_dict, to_guidance
 from apollo.schema import Guidance
 
 log = logging.getLogger(__name__)
@@ -98,108 +97,13 @@ from apollo.guidance.tables import (  # noqa: F401  (re-exported: the store's pu
 )
 
 
-class GuidanceStore:
-    """The store; open it with a file path (SQLite) or a SQLAlchemy URL (PostgreSQL)."""
+class GuidanceStore(Database, StoreReads):
+    """The store; open it with a file path (SQLite) or a SQLAlchemy URL (PostgreSQL). The connection
+    is :class:`~apollo.guidance.db.Database`'s, the reads :class:`~apollo.guidance.queries.StoreReads`'."""
 
     def __init__(self, path: str | Path, *, pool_size: int = 8, key: bytes | None = None):
-        self.url = db_url(path)
         self._key = key
-        self.is_sqlite = self.url.startswith("sqlite")
-        self.path: Path | None = None
-        if self.is_sqlite:
-            file = self.url.split(":///", 1)[1] if ":///" in self.url else ""
-            if file and file != ":memory:":
-                self.path = Path(file)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-        # one engine (pool) per database per process: the rollout stage opens a store per job
-        key = self._cache_key()
-        with _ENGINES_LOCK:
-            shared = _ENGINES.get(key) if key else None
-        if shared is not None:
-            self.engine, self._wlock = shared
-            return
-        if self.is_sqlite:
-            pool: dict[str, Any] = ({"pool_size": pool_size, "max_overflow": 4 * pool_size, "pool_timeout": 60}
-                                    if self.path is not None else {"poolclass": StaticPool})  # :memory: is per connection
-            self.engine: Engine = create_engine(
-                self.url, connect_args={"check_same_thread": False, "timeout": 60.0}, **pool)
-            event.listen(self.engine, "connect", _sqlite_on_connect)
-            event.listen(self.engine, "begin", _sqlite_on_begin)
-        else:
-            self.engine = create_engine(self.url, pool_size=pool_size, max_overflow=4 * pool_size,
-                                        pool_pre_ping=True)
-        # writers inside one process queue on a lock (fast hand-off) rather than on SQLite's busy
-        # handler (sleeps up to 100 ms); across processes BEGIN IMMEDIATE + busy_timeout serialize them
-        self._wlock = threading.Lock() if self.is_sqlite else None
-        self._create_schema()
-        key = self._cache_key()  # a new SQLite file exists now
-        if key:
-            with _ENGINES_LOCK:
-                _ENGINES.setdefault(key, (self.engine, self._wlock))
-
-    def _cache_key(self) -> tuple[Any, ...] | None:
-        if not self.is_sqlite:
-            return (self.url, os.getpid())
-        if self.path is None:
-            return None  # in-memory: every store is its own database
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return None
-        return (self.url, os.getpid(), st.st_dev, st.st_ino)  # a deleted and re-created file is another database
-
-    # --- plumbing ---------------------------------------------------------------------------
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        lock = self._wlock
-        if lock is not None:
-            lock.acquire()
-        try:
-            with self.engine.connect() as conn:
-                conn.execution_options(apollo_write=True)
-                with conn.begin():
-                    yield conn
-        finally:
-            if lock is not None:
-                lock.release()
-
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
-            with conn.begin():
-                yield conn
-
-    def _create_schema(self) -> None:
-        for attempt in range(5):
-            try:
-                with self._write() as c:
-                    metadata.create_all(c, checkfirst=True)
-                    self._migrate(c)
-                return
-            except (OperationalError, ProgrammingError, IntegrityError):
-                if attempt == 4:  # another process creating the same schema at the same time
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-
-    def _migrate(self, c: Connection) -> None:
-        """Add the columns an older store file lacks (additive only)."""
-        insp = inspect(c)
-        for table in metadata.sorted_tables:
-            have = {col["name"] for col in insp.get_columns(table.name)}
-            for col in table.columns:
-                if col.name in have:
-                    continue
-                ddl = f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(c.dialect)}"
-                if col.server_default is not None:
-                    ddl += f" NOT NULL DEFAULT '{col.server_default.arg}'"
-                c.exec_driver_sql(ddl)
-
-    def close(self) -> None:
-        """Release this process's connections to the database (every store on it shares them)."""
-        with _ENGINES_LOCK:
-            for k in [k for k, (e, _) in _ENGINES.items() if e is self.engine]:
-                del _ENGINES[k]
-        self.engine.dispose()
+        super().__init__(path, pool_size=pool_size)
 
     @property
     def key(self) -> bytes:
@@ -234,30 +138,6 @@ class GuidanceStore:
             with self._write() as c:
                 c.execute(update(t).where(and_(t.c.trajectory_id.in_(ids), t.c.status == "running"))
                           .values(heartbeat_at=time.time()))
-
-    def guidance_counts(self) -> dict[str, int]:
-        """Guidance rows per state (``rejected``: unauthenticated rows refused)."""
-        g = guidance_t
-        with self._read() as c:
-            rows = c.execute(select(g.c.status, (g.c.acknowledged_at.is_not(None)).label("ack"), func.count())
-                             .group_by(g.c.status, "ack")).all()
-        out = {k: 0 for k in ("pending", "delivered", "acknowledged", "expired", "rejected")}
-        for st, ack, n in rows:
-            out[guidance_state({"status": st, "acknowledged_at": 1 if ack else None})] += n
-        return out
-
-    def guidance_counts_by_trajectory(self) -> dict[str, dict[str, int]]:
-        """Guidance rows per trajectory and state."""
-        g = guidance_t
-        with self._read() as c:
-            rows = c.execute(select(g.c.trajectory_id, g.c.status, (g.c.acknowledged_at.is_not(None)).label("ack"),
-                                    func.count()).group_by(g.c.trajectory_id, g.c.status, "ack")).all()
-        out: dict[str, dict[str, int]] = {}
-        for tid, st, ack, n in rows:
-            d = out.setdefault(tid, {})
-            k = guidance_state({"status": st, "acknowledged_at": 1 if ack else None})
-            d[k] = d.get(k, 0) + n
-        return out
 
     @staticmethod
     def _check_owner(c: Connection, trajectory_id: str, owner: str | None) -> None:
@@ -309,7 +189,7 @@ class GuidanceStore:
         with self._write() as c:
             res = self._register(c, trajectory_id, task_id, meta, session, owner)
         if owner is None:
-            _LIVE.add(self, trajectory_id)  # this process writes the store directly: keep it alive
+            LIVE.add(self, trajectory_id)  # this process writes the store directly: keep it alive
         return res
 
     def _register(self, c: Connection, trajectory_id: str, task_id: str, meta: dict[str, Any] | None,
@@ -510,7 +390,7 @@ class GuidanceStore:
         """The trajectory is over; what it never took (or took but never recorded) expires."""
         with self._write() as c:
             self._end(c, trajectory_id, status, final_score, session, owner)
-        _LIVE.discard(trajectory_id)
+        LIVE.discard(trajectory_id)
 
     def _end(self, c: Connection, trajectory_id: str, status: str, final_score: float | None,
              session: str | None, owner: str | None = None) -> None:
@@ -552,19 +432,26 @@ class GuidanceStore:
         due = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
                                              g.c.available_at <= now,
                                              or_(g.c.at_step.is_(None), g.c.at_step <= step_index)))).all()
-        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, due)]
+        self._mark_delivered(c, trajectory_id, due, step_index, now)
+        rows = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "delivered",
+                                              g.c.delivered_step == step_index, g.c.acknowledged_at.is_(None)))
+                         .order_by(g.c.seq)).all()
+        return [_guidance_dict(r) for r in rows]
+
+    def _mark_delivered(self, c: Connection, trajectory_id: str, candidates: list[Any], step_index: int,
+                        at: float) -> None:
+        """The authentic ``pending`` rows among ``candidates`` become ``delivered`` at ``step_index``
+        (a conditional update: exactly once), each with a ``guidance`` event."""
+        g = guidance_t
+        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, candidates)]
         newly = c.execute(
             update(g).where(and_(g.c.guidance_id.in_(ok), g.c.status == "pending"))
-            .values(status="delivered", delivered_at=now, delivered_step=step_index)
+            .values(status="delivered", delivered_at=at, delivered_step=step_index)
             .returning(g.c.guidance_id)
         ).all() if ok else []
         for r in newly:
             self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
                         step=step_index)
-        rows = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "delivered",
-                                              g.c.delivered_step == step_index, g.c.acknowledged_at.is_(None)))
-                         .order_by(g.c.seq)).all()
-        return [_guidance_dict(r) for r in rows]
 
     def pending(self, trajectory_ids: Iterable[str], now: float | None = None, *,
                 owner: str | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -616,15 +503,7 @@ class GuidanceStore:
         g = guidance_t
         cand = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id, g.c.status == "pending",
                                               g.c.guidance_id.in_(list(guidance_ids))))).all()
-        ok = [r.guidance_id for r in self._authentic(c, trajectory_id, cand)]
-        newly = c.execute(
-            update(g).where(and_(g.c.guidance_id.in_(ok), g.c.status == "pending"))
-            .values(status="delivered", delivered_at=at, delivered_step=step_index)
-            .returning(g.c.guidance_id)
-        ).all() if ok else []
-        for r in newly:
-            self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
-                        step=step_index)
+        self._mark_delivered(c, trajectory_id, cand, step_index, at)
         rows = c.execute(select(g).where(and_(g.c.trajectory_id == trajectory_id,
                                               g.c.guidance_id.in_(list(guidance_ids)))).order_by(g.c.seq)).all()
         return [_guidance_dict(r) for r in rows]
@@ -728,189 +607,3 @@ class GuidanceStore:
             with self._read() as c:
                 row = c.execute(select(g).where(g.c.guidance_id == gid)).one()
             return {**_guidance_dict(row), "created": False}
-
-    def guidance_by_id(self, guidance_id: str) -> dict[str, Any] | None:
-        with self._read() as c:
-            row = c.execute(select(guidance_t).where(guidance_t.c.guidance_id == guidance_id)).first()
-        return _guidance_dict(row) if row is not None else None
-
-    def running(self) -> list[dict[str, Any]]:
-        return self.trajectories(status="running")
-
-    def trajectories(self, status: str | None = None) -> list[dict[str, Any]]:
-        t, g = trajectories_t, guidance_t
-        pend = (select(g.c.trajectory_id, func.count().label("n")).where(g.c.status == "pending")
-                .group_by(g.c.trajectory_id).subquery())
-        q = select(t, func.coalesce(pend.c.n, 0).label("pending_guidance")).outerjoin(
-            pend, pend.c.trajectory_id == t.c.trajectory_id)
-        if status is not None:
-            q = q.where(t.c.status == status)
-        with self._read() as c:
-            rows = c.execute(q.order_by(t.c.started_at)).all()
-        out = []
-        for r in rows:
-            d = dict(r._mapping)
-            d["meta"] = _meta(d.get("meta"))
-            d.pop("session", None)
-            d.pop("owner", None)
-            out.append(d)
-        return out
-
-    def trajectory(self, trajectory_id: str) -> dict[str, Any]:
-        t = trajectories_t
-        with self._read() as c:
-            r = c.execute(select(t).where(t.c.trajectory_id == trajectory_id)).first()
-        if r is None:
-            raise NotFound(f"no trajectory {trajectory_id!r}")
-        d = dict(r._mapping)
-        d["meta"] = _meta(d.get("meta"))
-        d.pop("session", None)
-        d.pop("owner", None)
-        return d
-
-    def steps(self, trajectory_id: str, since: int = 0, *, full: bool = False,
-              query: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        """Steps in order; ``full`` adds the model's text and the step detail; ``query`` filters them
-        by a case-insensitive keyword in the tool, arguments, model text or observation."""
-        s = steps_t
-        cols = [s.c.trajectory_id, s.c.step_index, s.c.tool, s.c.arguments, s.c.observation, s.c.created_at]
-        if full or query:
-            cols += [s.c.assistant_text, s.c.detail]
-        q = select(*cols).where(and_(s.c.trajectory_id == trajectory_id, s.c.step_index >= since))
-        if query:
-            like = f"%{query.lower()}%"
-            q = q.where(or_(func.lower(s.c.observation).like(like), func.lower(s.c.arguments).like(like),
-                            func.lower(s.c.assistant_text).like(like), func.lower(s.c.tool).like(like)))
-        q = q.order_by(s.c.step_index)
-        if limit:
-            q = q.limit(limit)
-        with self._read() as c:
-            rows = c.execute(q).all()
-        out = []
-        for r in rows:
-            d = dict(r._mapping)
-            d["arguments"] = _unj(d["arguments"])
-            if "detail" in d:
-                d["detail"] = _unj(d["detail"])
-                if not full:
-                    d.pop("detail")
-                    d.pop("assistant_text")
-            out.append(d)
-        return out
-
-    def step(self, trajectory_id: str, step_index: int) -> dict[str, Any]:
-        rows = self.steps(trajectory_id, step_index, full=True, limit=1)
-        if not rows or rows[0]["step_index"] != step_index:
-            raise NotFound(f"trajectory {trajectory_id!r} has no step {step_index}")
-        return rows[0]
-
-    def guidance(self, trajectory_id: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
-        g = guidance_t
-        q = select(g)
-        if trajectory_id is not None:
-            q = q.where(g.c.trajectory_id == trajectory_id)
-        if status is not None:
-            q = q.where(g.c.status == status)
-        with self._read() as c:
-            rows = c.execute(q.order_by(g.c.seq)).all()
-        return [_guidance_dict(r) for r in rows]
-
-    def records(self, trajectory_id: str, kind: str | None = None, since_id: int = 0,
-                limit: int = 2000) -> list[dict[str, Any]]:
-        r = records_t
-        q = select(r).where(and_(r.c.trajectory_id == trajectory_id, r.c.id > since_id))
-        q = q.where(r.c.kind == kind) if kind else q.where(r.c.kind.in_(("terminal", "file", "search")))
-        with self._read() as c:
-            rows = c.execute(q.order_by(r.c.id).limit(limit)).all()
-        out = []
-        for row in rows:
-            d = dict(row._mapping)
-            d["data"] = _unj(d["data"])
-            d["data"].pop("content_after", None)
-            out.append(d)
-        return out
-
-    def events(self, after: int = 0, trajectory_id: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-        e = events_t
-        q = select(e).where(e.c.id > after)
-        if trajectory_id:
-            q = q.where(or_(e.c.trajectory_id == trajectory_id, e.c.trajectory_id.is_(None)))
-        with self._read() as c:
-            rows = c.execute(q.order_by(e.c.id).limit(limit)).all()
-        return [{**dict(r._mapping), "data": _unj(r.data)} for r in rows]
-
-    def last_event_id(self) -> int:
-        with self._read() as c:
-            return int(c.execute(select(func.max(events_t.c.id))).scalar() or 0)
-
-
-def to_guidance(row: dict[str, Any]) -> Guidance:
-    """A store row as the schema's :class:`Guidance` (only store rows ever become guidance)."""
-    return Guidance(guidance_id=row["guidance_id"], text=row["text"], author=row["author"],
-                    created_at=row["created_at"], delivered_at=row.get("delivered_at"),
-                    delivered_step=row.get("delivered_step"), auth_tag=row.get("auth_tag"))
-
-
-def summary_dict(summary: Any) -> dict[str, Any] | None:
-    """A :class:`apollo.schema.Summary` (or its dict) as stored (no token arrays, no mask)."""
-    if summary is None:
-        return None
-    d = summary if isinstance(summary, dict) else summary.model_dump()
-    keep = ("index", "covers_from", "covers_to", "prev_summary_index", "before_step", "text", "prompt_tokens")
-    return {k: d[k] for k in keep if k in d}
-
-
-def step_detail(step: Any) -> tuple[str, dict[str, Any]]:
-    """(model text, detail) of an :class:`apollo.schema.Step` for the store (no token arrays)."""
-    obs = step.observation
-    detail = {
-        "observation": {"exit_code": obs.exit_code, "error": obs.error, "truncated": obs.truncated,
-                        "refused": obs.refused},
-        "parse_error": step.action.parse_error,
-        "context_ref": step.context.model_dump(),
-        "prompt_tokens": step.prompt_tokens,
-        "started_at": step.started_at,
-        "gen_time_s": step.gen_time_s,
-        "wall_time_s": step.wall_time_s,
-        "guidance_ids": [g.guidance_id for g in step.guidance],
-    }
-    return step.assistant_text, detail
-
-
-class _Heartbeats:
-    """Trajectories this process registered directly in a store and has not ended: a daemon thread
-    refreshes their ``heartbeat_at`` every ``every_s`` while the process lives."""
-
-    every_s = 5.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: dict[str, GuidanceStore] = {}
-        self._thread: threading.Thread | None = None
-
-    def add(self, store: GuidanceStore, trajectory_id: str) -> None:
-        with self._lock:
-            self._live[trajectory_id] = store
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, daemon=True, name="guidance-heartbeat")
-                self._thread.start()
-
-    def discard(self, trajectory_id: str) -> None:
-        with self._lock:
-            self._live.pop(trajectory_id, None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.every_s)
-            with self._lock:
-                by_store: dict[int, tuple[GuidanceStore, list[str]]] = {}
-                for tid, st in self._live.items():
-                    by_store.setdefault(id(st.engine), (st, []))[1].append(tid)
-            for st, ids in by_store.values():
-                try:
-                    st.heartbeat(ids)
-                except Exception:  # a disposed engine, a locked database: next time
-                    log.debug("heartbeat failed", exc_info=True)
-
-
-_LIVE = _Heartbeats()

@@ -1,6 +1,6 @@
 """The guidance store's tables, errors and small codecs (the schema :mod:`apollo.guidance.store` uses).
 
-Columns are only ever added (``GuidanceStore._migrate`` adds what an older file lacks).
+Columns are only ever added (``apollo.guidance.db.Database._migrate`` adds what an older file lacks).
 """
 
 from __future__ import annotations

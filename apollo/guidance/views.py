@@ -23,7 +23,8 @@ from typing import Any
 
 from apollo.guidance.auth import verify_row
 from apollo.guidance.records import score_of
-from apollo.guidance.store import GuidanceStore, to_guidance
+from apollo.guidance.rows import to_guidance
+from apollo.guidance.store import GuidanceStore
 from apollo.schema import Guidance
 
 log = logging.getLogger(__name__)

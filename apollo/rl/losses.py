@@ -28,38 +28,37 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {}
 ADVANTAGES: dict[str, AdvantageFn] = {}
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
-    def deco(fn: PolicyLoss) -> PolicyLoss:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
-        return fn
+def _registrar(table: dict[str, Any], what: str) -> Callable[[str], Callable[[Any], Any]]:
+    """``@register(name)`` for ``table``: a name is registered once (``what`` names it in the error)."""
+    def register(name: str) -> Callable[[Any], Any]:
+        def deco(fn: Any) -> Any:
+            if name in table:
+                raise ValueError(f"{what} {name!r} is already registered")
+            table[name] = fn
+            return fn
 
-    return deco
+        return deco
+
+    return register
 
 
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGES[name] = fn
-        return fn
+def _lookup(table: dict[str, Any], what: str, name: str) -> Any:
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown {what} {name!r}; known: {sorted(table)}") from None
 
-    return deco
+
+register_policy_loss = _registrar(POLICY_LOSSES, "policy loss")
+register_advantage = _registrar(ADVANTAGES, "advantage estimator")
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy loss {name!r}; known: {sorted(POLICY_LOSSES)}") from None
+    return _lookup(POLICY_LOSSES, "policy loss", name)
 
 
 def get_advantage(name: str) -> AdvantageFn:
-    try:
-        return ADVANTAGES[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}") from None
+    return _lookup(ADVANTAGES, "advantage estimator", name)
 
 
 @register_policy_loss("dual_clip_ppo")

@@ -14,7 +14,7 @@ import stat
 import sys
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +68,9 @@ class SandboxConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SandboxConfig:
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"params.yaml: sandbox: unknown key(s) {unknown} (known: {sorted(known)})")
-        cfg = cls(**d)
+        from apollo.config import from_section
+
+        cfg = from_section(cls, d, "params.yaml: sandbox")
         if cfg.backend not in BACKENDS:
             raise ValueError(f"params.yaml: sandbox.backend must be one of {BACKENDS}, got {cfg.backend!r}")
         if cfg.network not in ("loopback", "host"):

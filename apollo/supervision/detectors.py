@@ -102,12 +102,9 @@ class DetectorParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> DetectorParams:
-        d = dict(d or {})
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"mask.detector_params: unknown key(s) {unknown} (known: {sorted(known)})")
-        return cls(**d)
+        from apollo.config import from_section
+
+        return from_section(cls, d, "mask.detector_params")
 
 
 # ----------------------------------------------------------------------------------- registry

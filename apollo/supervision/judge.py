@@ -117,12 +117,9 @@ class JudgeConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> JudgeConfig:
-        d = dict(d or {})
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"mask.judge: unknown key(s) {unknown} (known: {sorted(known)})")
-        cfg = cls(**d)
+        from apollo.config import from_section
+
+        cfg = from_section(cls, d, "mask.judge")
         if cfg.backend not in BACKENDS:
             raise ValueError(f"mask.judge.backend must be one of {BACKENDS}, got {cfg.backend!r}")
         bad = [c for c in cfg.categories if c not in CATEGORIES]
