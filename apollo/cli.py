@@ -32,7 +32,7 @@ class CliError(Exception):
 def cmd_stage(args: argparse.Namespace) -> int:
     from apollo.stages import run_stage
 
-    metrics = run_stage(args.name, variant=args.variant)
+    metrics = run_stage(args.name, variant=args.variant, seed=args.seed, rollouts=args.rollouts)
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(json.dumps(shown, indent=1, default=str)[:4000])
     return 0
@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stage", help="run one pipeline stage (what dvc repro calls)")
     s.add_argument("name", choices=STAGES)
     s.add_argument("--variant", default=None)
+    s.add_argument("--seed", type=int, default=None, help="an experiment cell's seed (its own data paths)")
+    s.add_argument("--rollouts", choices=["guided", "unguided"], default=None,
+                   help="rollout/guidance/mask of an experiment cell: with or without the annotator")
     s.set_defaults(fn=cmd_stage)
     b = sub.add_parser("bench", help="benchmark tasks")
     bsub = b.add_subparsers(dest="bench_cmd", required=True)

@@ -199,6 +199,16 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
             for v, r in results["variants"].items()}
 
 
+def tts_wide(results: dict[str, Any], axis: str, kind: str = "best") -> list[dict[str, float]]:
+    """One row per budget, one column per variant (the mean): what DVC's linear plot reads with
+    ``x: budget`` and ``y: [variants]``."""
+    a = results.get("tts", {}).get(axis)
+    if not a:
+        return []
+    return [{"budget": b, **{v: c[kind]["mean"][i] for v, c in a["variants"].items()}}
+            for i, b in enumerate(a["budgets"])]
+
+
 def tts_records(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The TTS curves as flat rows (DVC plots data): one per axis, variant, budget."""
     rows = []
