@@ -77,7 +77,7 @@ def variants(params: dict[str, Any]) -> dict[str, Variant]:
 
 
 def variant(params: dict[str, Any], name: str) -> Variant:
-    table = variants(params)
+    table = check_table(params)
     if name not in table:
         raise VariantTableError(f"params.yaml: experiment.variants has no variant '{name}' "
                                 f"(variants: {', '.join(table)})")
@@ -126,3 +126,9 @@ def cells(params: dict[str, Any], only_variants: list[str] | None = None,
     if bad:
         raise VariantTableError(f"seeds {bad} are not in params.yaml: experiment.seeds {all_seeds}")
     return [(v, s) for v in vs for s in ss]
+
+
+def eval_stage(params: dict[str, Any], variant_name: str, seed: int) -> str:
+    """The dvc.yaml address of a cell's evaluation (its upstream stages are the rest of the cell)."""
+    v = variant(params, variant_name)
+    return f"evaluate_untrained@{seed}" if v.policy == "base" else f"evaluate@{v.name}-{seed}"
