@@ -105,8 +105,12 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
                                "cells": selection["cells"], "all_cells": selection["all"]}
     t_all = time.perf_counter()
     with workspace_lock(root_path, wait_s):
+        from apollo.stages import provenance as prov
+
         parent = start_parent_run("pipeline", root=root_path, tags={
-            "prefect.flow_run_id": flow_run.id or "", "apollo.started_by": "prefect"})
+            "prefect.flow_run_id": flow_run.id or "", "apollo.started_by": "prefect",
+            "git_commit": prov.git_commit(root_path), "dvc_lock_hash": prov.lock_hash(root_path),
+            "apollo.cells": " ".join(f"{v}/{s}" for v, s in selection["cells"])[:5000]})
         env = {"APOLLO_PARENT_RUN_ID": parent.run_id, "MLFLOW_TRACKING_URI": tracking_uri(root_path)}
         logger.info("stages: %s; MLflow parent run %s (%s)", ", ".join(order), parent.run_id, env["MLFLOW_TRACKING_URI"])
         try:
@@ -135,8 +139,13 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
                             "pipeline.stages_run": len(summary["ran"]),
                             "pipeline.stages_restored": len(summary["restored"])})
         if not params:
-            out = results_of(root_path, selection)
+            out, results = results_of(root_path, selection)
             summary["results"] = str(out / "results.md")
+            if results is not None:  # a subset of the cells: the table and curves live on the parent run
+                from apollo.stages.experiment import log_curves, metrics_of
+
+                parent.log_metrics(metrics_of(results))
+                log_curves(parent, results)
             for name in ("results.md", "results.json", "tts.png", "tts.html"):
                 if (out / name).exists():
                     parent.log_artifact(out / name, "experiment")
@@ -163,18 +172,18 @@ def select_cells(root: Path, variants: list[str] | None, seeds: list[int] | None
     return {"cells": [list(c) for c in cells], "targets": targets, "all": set(cells) == set(vt.cells(p))}
 
 
-def results_of(root: Path, selection: dict[str, Any]) -> Path:
+def results_of(root: Path, selection: dict[str, Any]) -> tuple[Path, dict[str, Any] | None]:
     """Where the ablation table of this run is: ``data/experiment/`` (the DVC stage, every cell), or
-    ``data/run/`` computed here from the selected cells' evaluations."""
+    ``data/run/`` computed here from the selected cells' evaluations (returned too)."""
     if selection["all"]:
-        return root / "data" / "experiment"
+        return root / "data" / "experiment", None
     from apollo.config import Paths
     from apollo.stages.experiment import aggregate, write
 
     out = root / "data" / "run"
     results = aggregate(load_params(root / "params.yaml"), [tuple(c) for c in selection["cells"]], Paths(root))
     write(results, out)
-    return out
+    return out, results
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:

@@ -89,8 +89,8 @@ def run_stage(name: str, params: dict[str, Any] | None = None, *, variant: str |
         if name == "train":
             from apollo.config import Paths
 
-            log_policy(tracker, (paths or Paths(root)).model(variant or "sft"), variant or "sft")
+            log_policy(tracker, (paths or Paths(root)).model(variant or "sft"), variant or "sft", seed=seed)
         elif name == "evaluate" and variant and "eval.weighted_final" in metrics:
-            update_best_alias(tracker, variant, float(metrics["eval.weighted_final"]))
+            update_best_alias(tracker, variant, float(metrics["eval.weighted_final"]), seed=seed)
     log.info("stage %s done in %.1fs", run_name, time.perf_counter() - t0)
     return metrics
