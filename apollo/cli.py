@@ -156,7 +156,11 @@ def cmd_mask_report(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    f = Path(args.file)
+    if args.file:
+        f = Path(args.file)
+    else:  # the newer of the full experiment's table and a cell subset's (make run)
+        found = [q for q in (Path("data/experiment/results.md"), Path("data/run/results.md")) if q.exists()]
+        f = max(found, key=lambda q: q.stat().st_mtime) if found else Path("data/experiment/results.md")
     if not f.exists():
         print(f"{f}: not found (run the pipeline first: make run)", file=sys.stderr)
         return 1
@@ -258,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--demo-step-s", type=float, default=3.0, help="seconds per demo agent step (mean)")
     sv.set_defaults(fn=cmd_serve)
     r = sub.add_parser("results", help="print the results table of the last pipeline run")
-    r.add_argument("--file", default="data/report/results.md")
+    r.add_argument("--file", default=None, help="default: data/experiment/results.md or data/run/results.md")
     r.set_defaults(fn=cmd_results)
     return ap
 

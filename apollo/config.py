@@ -114,6 +114,4 @@ class Paths:
     @property
     def quality(self) -> Path: return self.data / "quality"
     @property
-    def report(self) -> Path: return self.data / "report"
-    @property
     def experiment(self) -> Path: return self.data / "experiment"

@@ -42,7 +42,6 @@ SMALL = {
               "grad_accum": 2, "max_length": 2048},
     "evaluate": {"engine": "hf", "temperature": 0.0, "max_new_tokens": 64, "samples_per_task": 1, "max_steps": 8,
                  "context_tokens": 2000, "workers": 1, "tasks": ["df-test-01"]},
-    "report": {"variants": ["reference", "base", "sft"]},
     "experiment": {"seeds": [0], "baseline": "untrained",
                    "variants": {"untrained": {"policy": "base"}, "full": {"rollouts": "guided", "masks": True},
                                 "no_mask": {"rollouts": "guided", "masks": False},
