@@ -96,3 +96,32 @@ def test_experiment_stage_aggregates_every_cell(tmp_path):
     assert wide[0]["budget"] == params["experiment"]["tts"]["steps"][0]
     assert set(wide[-1]) == {"budget", "untrained", "full", "no_mask", "no_human"}
     assert wide[-1]["full"] == res["full"]["best_mean"]  # at the longest budget: the best score
+
+
+def test_run_stage_gives_a_cell_its_seed_paths_and_tags(tmp_path, monkeypatch):
+    """``apollo stage build --rollouts guided --variant no_mask --seed 2``: the stage sees the cell's
+    seed and paths; its MLflow run is ``build@no_mask-2`` with tags variant and seed."""
+    import sqlite3
+    import types
+
+    from apollo.stages import run_stage
+
+    monkeypatch.setenv("APOLLO_ROOT", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("APOLLO_PARENT_RUN_ID", raising=False)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    seen = {}
+
+    def run(params, tracker, paths=None, **kw):
+        seen.update(seed=params["seed"], paths=paths, kw=kw)
+        return {"build.rows": 1}
+
+    params = {**_params(), "seed": 0}
+    run_stage("build", params, variant="no_mask", seed=2, rollouts="guided", module=types.SimpleNamespace(run=run))
+    assert seen["seed"] == 2 and seen["kw"] == {}
+    assert seen["paths"].masked == tmp_path / "data/masked/guided/s2"
+    assert seen["paths"].dataset == tmp_path / "data/dataset/no_mask/s2"
+    db = sqlite3.connect(tmp_path / "mlflow" / "mlflow.db")
+    (run_id,) = db.execute("select run_uuid from runs where name='build@no_mask-2'").fetchone()
+    tags = dict(db.execute("select key, value from tags where run_uuid=?", (run_id,)).fetchall())
+    assert tags["variant"] == "no_mask" and tags["seed"] == "2"
