@@ -104,7 +104,8 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
         async def one(job: RolloutJob) -> Trajectory:
             return await arun_one(job, params, variant, engine)
 
-        trajs = run_jobs(jobs, one, workers, f"evaluate[{variant}]", engine=engine)
+        label = f"evaluate[{variant}]" if paths.seed is None else f"evaluate[{variant} s{paths.seed}]"
+        trajs = run_jobs(jobs, one, workers, label, engine=engine)
     metrics = finalize(trajs, variant, paths)
     if tracker is not None:
         tracker.log_metrics(metrics)

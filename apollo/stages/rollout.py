@@ -155,12 +155,13 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
                 async def one(job: RolloutJob) -> Trajectory:
                     return await arun_one(job, params, paths, engine, channel)
 
-                trajs = run_jobs(jobs, one, workers, "rollout", check=watch.check, engine=engine)
+                label = "rollout" if paths.seed is None else f"rollout[guided s{paths.seed}]"
+                trajs = run_jobs(jobs, one, workers, label, check=watch.check, engine=engine)
         else:  # the no_human ablation's rollouts: the same jobs and seeds, no annotator at all
             async def one_unguided(job: RolloutJob) -> Trajectory:
                 return await arun_one(job, params, paths, engine, None)
 
-            trajs = run_jobs(jobs, one_unguided, workers, "rollout[unguided]", engine=engine)
+            trajs = run_jobs(jobs, one_unguided, workers, f"rollout[unguided s{paths.seed}]", engine=engine)
     metrics = finalize(trajs, paths, tracker)
     if tracker is not None:
         tracker.log_metrics(metrics)
