@@ -38,6 +38,9 @@ def tts_png(tts: dict[str, Any], path: Path, metric: str = "best") -> None:
             line, = ax.plot(a["budgets"], c["mean"], marker="o", ms=3, label=v)
             ax.fill_between(a["budgets"], [x[0] for x in c["ci"]], [x[1] for x in c["ci"]],
                             color=line.get_color(), alpha=0.18, linewidth=0)
+        bs = [b for b in a["budgets"] if b > 0]
+        if bs and max(bs) / min(bs) >= 20:  # budgets spanning decades (seconds): a log axis
+            ax.set_xscale("log")
         ax.set_xlabel(AXIS_LABEL.get(name, name))
         ax.set_ylabel(f"{'best-so-far' if metric == 'best' else 'final-at-budget'} score")
         ax.set_ylim(0, 100)
