@@ -13,7 +13,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run test ui repro clean-data bench serve chromium bubblewrap
+.PHONY: install run experiment test ui repro clean-data bench serve chromium bubblewrap
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -29,7 +29,12 @@ $(STAMP): pyproject.toml requirements/cpu-lock.txt
 
 install: $(STAMP)
 
+# seed 0 of every variant (the quick path): prints the ablation table of those cells
 run: $(STAMP) bubblewrap
+	$(PY) -m flows.pipeline --seeds 0
+
+# every variant x seed of params.yaml `experiment` (resumable: DVC skips finished cells)
+experiment: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline
 
 # headless browser for the annotator-UI tests: Debian's chromium (never a downloaded browser)

@@ -32,7 +32,7 @@ class CliError(Exception):
 def cmd_stage(args: argparse.Namespace) -> int:
     from apollo.stages import run_stage
 
-    metrics = run_stage(args.name, variant=args.variant)
+    metrics = run_stage(args.name, variant=args.variant, seed=args.seed, rollouts=args.rollouts)
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(json.dumps(shown, indent=1, default=str)[:4000])
     return 0
@@ -156,7 +156,11 @@ def cmd_mask_report(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    f = Path(args.file)
+    if args.file:
+        f = Path(args.file)
+    else:  # the newer of the full experiment's table and a cell subset's (make run)
+        found = [q for q in (Path("data/experiment/results.md"), Path("data/run/results.md")) if q.exists()]
+        f = max(found, key=lambda q: q.stat().st_mtime) if found else Path("data/experiment/results.md")
     if not f.exists():
         print(f"{f}: not found (run the pipeline first: make run)", file=sys.stderr)
         return 1
@@ -197,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stage", help="run one pipeline stage (what dvc repro calls)")
     s.add_argument("name", choices=STAGES)
     s.add_argument("--variant", default=None)
+    s.add_argument("--seed", type=int, default=None, help="an experiment cell's seed (its own data paths)")
+    s.add_argument("--rollouts", choices=["guided", "unguided"], default=None,
+                   help="rollout/guidance/mask of an experiment cell: with or without the annotator")
     s.set_defaults(fn=cmd_stage)
     b = sub.add_parser("bench", help="benchmark tasks")
     bsub = b.add_subparsers(dest="bench_cmd", required=True)
@@ -255,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--demo-step-s", type=float, default=3.0, help="seconds per demo agent step (mean)")
     sv.set_defaults(fn=cmd_serve)
     r = sub.add_parser("results", help="print the results table of the last pipeline run")
-    r.add_argument("--file", default="data/report/results.md")
+    r.add_argument("--file", default=None, help="default: data/experiment/results.md or data/run/results.md")
     r.set_defaults(fn=cmd_results)
     return ap
 

@@ -79,29 +79,57 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Paths:
+    """Where each artifact lives. Without a cell (``seed`` None) the single-run layout
+    (``data/rollouts/train.jsonl`` …); in an experiment cell (:meth:`cell`) every per-seed artifact
+    gets its own directory, so DVC caches each (variant, seed) cell on its own:
+    ``data/rollouts/<guided|unguided>/s<seed>``, same for ``guidance`` and ``masked``;
+    ``data/dataset/<variant>/s<seed>``, ``data/models/<variant>/s<seed>``, ``data/eval/<variant>/s<seed>``.
+    The base model (``data/models/base``) is shared by every cell."""
+
     root: Path
+    seed: int | None = None
+    rollouts_kind: str = "guided"  # which rollouts this cell reads: guided | unguided
+    variant: str | None = None
 
     @classmethod
     def default(cls) -> Paths:
         return cls(project_root())
 
+    def cell(self, seed: int | None, rollouts_kind: str = "guided", variant: str | None = None) -> Paths:
+        return Paths(self.root, seed, rollouts_kind, variant)
+
+    def _per_seed(self, base: Path, kind: str | None) -> Path:
+        if self.seed is None:
+            return base
+        return (base / kind if kind else base) / f"s{self.seed}"
+
     @property
     def data(self) -> Path: return self.root / "data"
     @property
     def base_model(self) -> Path: return self.data / "models" / "base"
-    def model(self, variant: str) -> Path: return self.data / "models" / variant
+    def model(self, variant: str) -> Path:
+        if variant == "base":
+            return self.base_model
+        d = self.data / "models" / variant
+        return d / f"s{self.seed}" if self.seed is not None else d
     @property
-    def rollouts(self) -> Path: return self.data / "rollouts"
+    def rollouts(self) -> Path: return self._per_seed(self.data / "rollouts", self.rollouts_kind)
     @property
-    def guidance(self) -> Path: return self.data / "guidance"
+    def guidance(self) -> Path: return self._per_seed(self.data / "guidance", self.rollouts_kind)
     @property
     def guidance_store(self) -> Path: return self.data / "store" / "guidance.sqlite"
     @property
-    def masked(self) -> Path: return self.data / "masked"
+    def masked(self) -> Path: return self._per_seed(self.data / "masked", self.rollouts_kind)
     @property
-    def dataset(self) -> Path: return self.data / "dataset"
-    def eval(self, variant: str) -> Path: return self.data / "eval" / variant
+    def dataset(self) -> Path:
+        return self._per_seed(self.data / "dataset", self.variant) if self.variant else self.data / "dataset"
+    def eval(self, variant: str) -> Path:
+        d = self.data / "eval" / variant
+        return d / f"s{self.seed}" if self.seed is not None else d
+    def checkpoints(self, variant: str) -> Path:
+        d = self.data / "checkpoints" / variant
+        return d / f"s{self.seed}" if self.seed is not None else d
     @property
     def quality(self) -> Path: return self.data / "quality"
     @property
-    def report(self) -> Path: return self.data / "report"
+    def experiment(self) -> Path: return self.data / "experiment"

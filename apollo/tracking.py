@@ -239,8 +239,9 @@ def policy_model_name(variant: str) -> str:
     return f"apollo-policy-{variant}"
 
 
-def log_policy(run: Run, model_dir: Path, variant: str) -> str | None:
-    """Log the HF folder with the transformers flavor, register it, alias the version ``newest``."""
+def log_policy(run: Run, model_dir: Path, variant: str, seed: int | None = None) -> str | None:
+    """Log the HF folder with the transformers flavor, register it, alias the version ``newest``
+    (an experiment cell's version is tagged with its ``apollo.seed``)."""
     import mlflow
     import tokenizers
     import torch
@@ -259,13 +260,16 @@ def log_policy(run: Run, model_dir: Path, variant: str) -> str | None:
     if version:
         run.client.set_registered_model_alias(name, NEWEST, version)
         run.client.set_model_version_tag(name, version, "apollo.variant", variant)
+        if seed is not None:
+            run.client.set_model_version_tag(name, version, "apollo.seed", str(seed))
         run.set_tags({"apollo.model_version": f"{name}/{version}"})
     return version or None
 
 
-def update_best_alias(run: Run, variant: str, score: float) -> str | None:
-    """Record ``score`` on the ``newest`` version of ``apollo-policy-<variant>`` and point ``best``
-    at the version with the highest recorded score."""
+def update_best_alias(run: Run, variant: str, score: float, seed: int | None = None) -> str | None:
+    """Record ``score`` on the ``newest`` version of ``apollo-policy-<variant>`` (with ``seed``: the
+    newest version trained by that experiment cell) and point ``best`` at the version with the
+    highest recorded score."""
     from mlflow.exceptions import MlflowException
 
     name = policy_model_name(variant)
@@ -273,6 +277,12 @@ def update_best_alias(run: Run, variant: str, score: float) -> str | None:
         latest = run.client.get_model_version_by_alias(name, NEWEST)
     except MlflowException:
         return None  # this variant is not a registered model (base, reference)
+    if seed is not None:  # the cells of one variant train in any order: score the version of this seed
+        own = [mv for mv in run.client.search_model_versions(f"name='{name}'")
+               if mv.tags.get("apollo.seed") == str(seed)]
+        if not own:
+            return None
+        latest = max(own, key=lambda mv: int(mv.version))
     run.client.set_model_version_tag(name, latest.version, "apollo.eval.weighted_final", f"{score:.4f}")
     best = None
     for mv in run.client.search_model_versions(f"name='{name}'"):

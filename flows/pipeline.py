@@ -12,9 +12,16 @@ Parameters (also what a UI trigger fills in):
   experiment (``dvc exp run --temp -S key=value …``) listed by ``dvc exp show``; the workspace's
   ``params.yaml`` and ``dvc.lock`` stay untouched.
 * ``wait_s`` — one pipeline run per workspace: a second run waits this long, then is refused.
+* ``variants``, ``seeds`` — which experiment cells (``params.yaml: experiment``) to run: only the
+  stages those cells need (their evaluation and everything upstream, plus ``reference``). With every
+  cell selected the ``experiment`` stage aggregates them through DVC (``data/experiment/``);
+  with a subset (``make run``: seed 0) the table of the selected cells is computed in this process
+  and written to ``data/run/`` (not a DVC output). DVC caches each finished stage, so a killed run
+  resumes where it stopped.
 
 Entrypoint for deployments: ``flows/pipeline.py:pipeline``. From a shell: ``python -m flows.pipeline``
-(``make run``), ``--force STAGE``, ``--set key=value`` (an experiment).
+(every cell; ``make experiment``), ``--seeds 0`` (``make run``), ``--variants full untrained``,
+``--force STAGE``, ``--set key=value`` (an experiment).
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ from typing import Any  # noqa: E402
 from prefect import flow  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
-from apollo.config import project_root  # noqa: E402
+from apollo.config import load_params, project_root  # noqa: E402
 from apollo.tracking import end_run, run_url, start_parent_run, tracking_uri  # noqa: E402
-from tasks.dvc_tasks import experiment_name, resolve_force, stage_order, workspace_lock  # noqa: E402
+from tasks.dvc_tasks import experiment_name, resolve_force, stage_closure, stage_order, workspace_lock  # noqa: E402
 from tasks.stage_tasks import DEFAULT_TIMEOUT_S, experiment_task, stage_task  # noqa: E402
 
 log = logging.getLogger("apollo.pipeline")
@@ -50,7 +57,7 @@ def _results_markdown(root: Path, summary: dict[str, Any]) -> str:
         lines += ["| stage | status | seconds |", "|---|---|---|"]
         lines += [f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in summary["stages"]]
         lines.append("")
-    results = root / "data" / "report" / "results.md"
+    results = Path(summary.get("results") or root / "data" / "experiment" / "results.md")
     if results.exists() and not summary.get("experiment"):
         lines += [results.read_text(), ""]
     if summary.get("metrics"):
@@ -76,8 +83,10 @@ def _on_failure(flow_obj, flow_run, state) -> None:
 
 @flow(name="apollo-pipeline", log_prints=True, persist_result=True, on_failure=[_on_failure])
 def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = None, root: str | None = None,
-             wait_s: float = 0.0, stage_timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    """Run every stale stage of dvc.yaml through DVC (or, with ``params``, one DVC experiment)."""
+             wait_s: float = 0.0, stage_timeout_s: float = DEFAULT_TIMEOUT_S, variants: list[str] | None = None,
+             seeds: list[int] | None = None) -> dict[str, Any]:
+    """Run every stale stage of dvc.yaml through DVC (or, with ``params``, one DVC experiment);
+    ``variants``/``seeds`` select the experiment cells (default: all)."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.runtime import flow_run
 
@@ -87,11 +96,21 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
         raise FileNotFoundError(f"{root_path}: no dvc.yaml; run from the project root (or pass root=)")
     order = stage_order(root_path)
     forced = resolve_force(force, order)  # fails on an unknown name before anything runs
-    summary: dict[str, Any] = {"stages": [], "ran": [], "restored": [], "skipped": [], "seconds": {}}
+    selection = select_cells(root_path, variants, seeds)
+    if not selection["all"]:
+        needed = stage_closure(root_path, selection["targets"])
+        order = [s for s in order if s in needed]
+        forced = [s for s in forced if s in needed]
+    summary: dict[str, Any] = {"stages": [], "ran": [], "restored": [], "skipped": [], "seconds": {},
+                               "cells": selection["cells"], "all_cells": selection["all"]}
     t_all = time.perf_counter()
     with workspace_lock(root_path, wait_s):
+        from apollo.stages import provenance as prov
+
         parent = start_parent_run("pipeline", root=root_path, tags={
-            "prefect.flow_run_id": flow_run.id or "", "apollo.started_by": "prefect"})
+            "prefect.flow_run_id": flow_run.id or "", "apollo.started_by": "prefect",
+            "git_commit": prov.git_commit(root_path), "dvc_lock_hash": prov.lock_hash(root_path),
+            "apollo.cells": " ".join(f"{v}/{s}" for v, s in selection["cells"])[:5000]})
         env = {"APOLLO_PARENT_RUN_ID": parent.run_id, "MLFLOW_TRACKING_URI": tracking_uri(root_path)}
         logger.info("stages: %s; MLflow parent run %s (%s)", ", ".join(order), parent.run_id, env["MLFLOW_TRACKING_URI"])
         try:
@@ -99,12 +118,14 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
                 name = experiment_name(params)
                 summary.update(experiment=name, overlay=params)
                 parent.set_tags({"apollo.experiment": name})
-                res = experiment_task(str(root_path), params, name, env=env, timeout_s=stage_timeout_s)
+                res = experiment_task(str(root_path), params, name, env=env, timeout_s=stage_timeout_s,
+                                      targets=None if selection["all"] else selection["targets"])
                 summary["metrics"] = res["metrics"]
                 summary["ran"].append(res["stage"])
                 summary["seconds"][res["stage"]] = res["seconds"]
             else:
-                for stage in order:
+                for i, stage in enumerate(order, 1):
+                    logger.info("[%d/%d] %s", i, len(order), stage)  # progress over the selected cells' stages
                     res = stage_task(stage, stage_timeout_s)(str(root_path), stage, force=stage in forced,
                                                              env=env, timeout_s=stage_timeout_s)
                     summary["stages"].append(res)
@@ -117,10 +138,17 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
         parent.log_metrics({"pipeline.seconds": time.perf_counter() - t_all,
                             "pipeline.stages_run": len(summary["ran"]),
                             "pipeline.stages_restored": len(summary["restored"])})
-        report = root_path / "data" / "report"
-        if summary["ran"] or summary["restored"]:
-            parent.log_artifact(report / "results.md", "report")
-            parent.log_artifact(report / "scores.png", "report")
+        if not params:
+            out, results = results_of(root_path, selection)
+            summary["results"] = str(out / "results.md")
+            if results is not None:  # a subset of the cells: the table and curves live on the parent run
+                from apollo.stages.experiment import log_curves, metrics_of
+
+                parent.log_metrics(metrics_of(results))
+                log_curves(parent, results)
+            for name in ("results.md", "results.json", "tts.png", "tts.html"):
+                if (out / name).exists():
+                    parent.log_artifact(out / name, "experiment")
         end_run(parent)
     summary["mlflow_run_id"] = parent.run_id
     summary["mlflow_url"] = run_url(parent, root_path)
@@ -130,6 +158,32 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
     except Exception as e:  # an artifact is a view; the run's results are already recorded
         logger.warning("could not create the results artifact: %s", e)
     return summary
+
+
+def select_cells(root: Path, variants: list[str] | None, seeds: list[int] | None) -> dict[str, Any]:
+    """The experiment cells to run and the stages that evaluate them; unknown names fail."""
+    from apollo.experiment import variants as vt
+
+    p = load_params(root / "params.yaml")
+    if "experiment" not in p and not variants and seeds is None:  # a DAG without experiment cells
+        return {"cells": [], "targets": [], "all": True}
+    cells = vt.cells(p, variants, seeds)
+    targets = [vt.eval_stage(p, v, s) for v, s in cells] + ["reference"]
+    return {"cells": [list(c) for c in cells], "targets": targets, "all": set(cells) == set(vt.cells(p))}
+
+
+def results_of(root: Path, selection: dict[str, Any]) -> tuple[Path, dict[str, Any] | None]:
+    """Where the ablation table of this run is: ``data/experiment/`` (the DVC stage, every cell), or
+    ``data/run/`` computed here from the selected cells' evaluations (returned too)."""
+    if selection["all"]:
+        return root / "data" / "experiment", None
+    from apollo.config import Paths
+    from apollo.stages.experiment import aggregate, write
+
+    out = root / "data" / "run"
+    results = aggregate(load_params(root / "params.yaml"), [tuple(c) for c in selection["cells"]], Paths(root))
+    write(results, out)
+    return out, results
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -150,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-run this stage (or foreach group) even if DVC finds it up to date")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="params overlay: run as a DVC experiment (dvc exp run -S)")
+    ap.add_argument("--variants", nargs="+", default=None, help="experiment variants to run (default: all)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="experiment seeds to run (default: all)")
     ap.add_argument("--wait", type=float, default=0.0, help="seconds to wait for another run in this workspace")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     args = ap.parse_args(argv)
@@ -159,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     t0 = time.perf_counter()
     try:
-        summary = pipeline(force=args.force, params=_parse_set(args.set) or None, wait_s=args.wait)
+        summary = pipeline(force=args.force, params=_parse_set(args.set) or None, wait_s=args.wait,
+                           variants=args.variants, seeds=args.seeds)
     except Exception as e:
         if args.debug:
             raise
@@ -174,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stages restored from DVC's run cache: {', '.join(summary['restored'])}")
     if summary["seconds"]:
         print("stage seconds: " + ", ".join(f"{k} {v}s" for k, v in summary["seconds"].items()))
-    results = root / "data" / "report" / "results.md"
+    results = Path(summary.get("results") or root / "data" / "experiment" / "results.md")
     if results.exists() and not summary.get("experiment"):
         print(results.read_text())
-    print(f"results: {results}  plot: {root / 'data/report/scores.png'}")
+    cells = ", ".join(f"{v}/{s}" for v, s in summary.get("cells", []))
+    print(f"cells: {cells}{' (all)' if summary.get('all_cells') else ''}")
+    print(f"results: {results}  test-time scaling: {results.with_name('tts.png')} {results.with_name('tts.html')}")
     print(f"MLflow: {summary.get('mlflow_url') or tracking_uri()}  (make ui)")
     print(f"pipeline finished in {time.perf_counter() - t0:.1f}s")
     return 0

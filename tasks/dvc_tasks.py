@@ -113,6 +113,25 @@ def stage_order(root: Path) -> list[str]:
             repo.close()
 
 
+def stage_closure(root: Path, targets: list[str]) -> set[str]:
+    """The ``targets`` and every stage they depend on, transitively (what running them needs)."""
+    import networkx as nx
+
+    with dvc_lock(root):
+        repo = _repo(root)
+        try:
+            stages = {s.addressing: s for s in repo.index.stages}
+            unknown = [t for t in targets if t not in stages]
+            if unknown:
+                raise StageNameError(f"no stage {unknown} in dvc.yaml")
+            out = set(targets)
+            for t in targets:
+                out |= {s.addressing for s in nx.descendants(repo.index.graph, stages[t])}
+            return out
+        finally:
+            repo.close()
+
+
 def resolve_force(names: list[str] | None, stages: list[str]) -> list[str]:
     """Stage addresses for ``force``: a stage address, or a foreach/matrix group (``evaluate`` means
     every ``evaluate@…``). An unknown name fails and lists the known ones."""
@@ -260,10 +279,12 @@ def check_overlay_keys(root: Path, overlay: dict[str, Any]) -> None:
 
 
 def exp_run(root: Path, overlay: dict[str, Any], name: str, *, env: dict[str, str] | None = None,
-            on_line: Callable[[str], None] = log.info, timeout_s: float | None = None) -> StageResult:
-    """``dvc exp run --temp -n NAME -S k=v …``: the whole pipeline with the overlay as a DVC experiment."""
+            on_line: Callable[[str], None] = log.info, timeout_s: float | None = None,
+            targets: list[str] | None = None) -> StageResult:
+    """``dvc exp run --temp -n NAME -S k=v … [TARGETS]``: the pipeline (or the stages ``targets``
+    need) with the overlay as a DVC experiment."""
     check_overlay_keys(root, overlay)
-    cmd = [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-n", name, *overlay_args(overlay)]
+    cmd = [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-n", name, *overlay_args(overlay), *(targets or [])]
     t0 = time.perf_counter()
     with dvc_lock(root):
         rc, lines = _stream(cmd, root, subprocess_env(env), on_line, timeout_s)

@@ -19,7 +19,7 @@ from tasks.dvc_tasks import exp_metrics, exp_run, repro_stage
 
 # Stages whose failure is usually transient (a model server, a task script, the annotator); the
 # others are deterministic, so a retry would only repeat the failure.
-RETRY_STAGES = ("rollout", "evaluate", "guidance")
+RETRY_STAGES = ("rollout", "evaluate", "evaluate_untrained", "reference", "guidance")
 DEFAULT_TIMEOUT_S = 4 * 3600.0
 
 
@@ -49,10 +49,10 @@ def stage_task(stage: str, timeout_s: float = DEFAULT_TIMEOUT_S):
 
 @task(name="dvc-exp-run", task_run_name="experiment-{name}", cache_policy=NO_CACHE, persist_result=True)
 def experiment_task(root: str, overlay: dict[str, Any], name: str, env: dict[str, str] | None = None,
-                    timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+                    timeout_s: float = DEFAULT_TIMEOUT_S, targets: list[str] | None = None) -> dict[str, Any]:
     """The pipeline with a params overlay as one DVC experiment; returns its metrics."""
     logger = get_run_logger()
-    res = exp_run(Path(root), overlay, name, env=env, on_line=_forward(logger), timeout_s=timeout_s)
+    res = exp_run(Path(root), overlay, name, env=env, on_line=_forward(logger), timeout_s=timeout_s, targets=targets)
     metrics = exp_metrics(Path(root), name)
     logger.info("experiment %s done in %.1fs (dvc exp show lists it)", name, res.seconds)
     return {**res.to_json(), "experiment": name, "metrics": metrics}

@@ -49,7 +49,8 @@ def import_closure(module: str) -> set[str]:
 
 
 def _stage_deps() -> dict[str, tuple[str, list[str]]]:
-    """stage address -> (apollo stage module, deps) from dvc.yaml (foreach expanded)."""
+    """stage address -> (apollo stage module, deps) from dvc.yaml (foreach expanded; a matrix stage
+    once, by its group name: its code deps do not vary with the matrix item)."""
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     out = {}
     for name, st in spec.items():
@@ -58,7 +59,7 @@ def _stage_deps() -> dict[str, tuple[str, list[str]]]:
                 deps = [d.replace("${key}", key).replace("${item.policy}", str(item.get("policy", "")))
                         for d in st["do"]["deps"]]
                 out[f"{name}@{key}"] = (st["do"]["cmd"].split()[4], deps)
-        else:
+        else:  # a plain stage or a matrix group
             out[name] = (st["cmd"].split()[4], st["deps"])
     return out
 

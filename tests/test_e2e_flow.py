@@ -1,6 +1,7 @@
 """A short end-to-end run of the real Prefect flow over the real dvc.yaml, in a copy of the project.
 
-Small params (micro model, one task per split, few steps) keep it to a couple of minutes. Rollouts
+Small params (micro model, one task per split, few steps, one seed of the four Apollo variants)
+keep it to a few minutes. Rollouts
 use the ``scripted`` backend (noisy expert demonstrations), so the tiny untrained policy still
 yields trainable actions; evaluation runs the real HF policies. Checks:
 every stage ran through DVC (``dvc status`` clean), MLflow holds one parent run with a child per
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from apollo.schema import Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +42,15 @@ SMALL = {
               "grad_accum": 2, "max_length": 2048},
     "evaluate": {"engine": "hf", "temperature": 0.0, "max_new_tokens": 64, "samples_per_task": 1, "max_steps": 8,
                  "context_tokens": 2000, "workers": 1, "tasks": ["df-test-01"]},
-    "report": {"variants": ["reference", "base", "sft"]},
+    "experiment": {"seeds": [0], "baseline": "untrained",
+                   "variants": {"untrained": {"policy": "base"}, "full": {"rollouts": "guided", "masks": True},
+                                "no_mask": {"rollouts": "guided", "masks": False},
+                                "no_human": {"rollouts": "unguided", "masks": True}},
+                   "rollouts": ["guided", "unguided"], "sft_guided": ["full", "no_mask"],
+                   "sft_unguided": ["no_human"], "trained": ["full", "no_mask", "no_human"],
+                   "evaluated": ["full", "no_mask", "no_human"],
+                   "bootstrap": {"resamples": 500, "seed": 0, "confidence": 0.95},
+                   "tts": {"steps": [1, 2, 4, 8], "wall_s": [5, 30, 120]}},
 }
 # the trainer has no defaults in code: its sections are complete, the repository's values overridden
 _REPO = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -75,56 +86,78 @@ def test_pipeline_end_to_end(tmp_path):
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
     _run(["git", "init", "-q"], proj, env)
     out = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
-    assert "stages run: suite, bootstrap, rollout, guidance, mask, build, train, evaluate@" in out
-    assert "| model |" in out and "weighted avg" in out
+    for stage in ("suite", "bootstrap", "rollout@guided-0", "rollout@unguided-0", "build_guided@no_mask-0",
+                  "train@no_human-0", "evaluate@full-0", "evaluate_untrained@0", "reference", "experiment"):
+        assert f"{stage}," in out.split("stages run:")[1].split("\n")[0] + ",", stage
+    assert "| variant | seeds | k |" in out and "final − untrained" in out
+    assert "cells: untrained/0, full/0, no_mask/0, no_human/0 (all)" in out
 
     # artifacts of every stage
     for p in ("data/suite/suite.json", "data/suite/test/df-test-01/evaluations/df-test-01/hint.md",
-              "data/models/base/config.json", "data/rollouts/train.jsonl", "data/guidance/guidance.jsonl",
-              "data/masked/train.jsonl", "data/dataset/train.parquet", "data/models/sft/model.safetensors",
-              "data/eval/sft/results.json", "data/report/results.md", "data/report/scores.png"):
+              "data/models/base/config.json", "data/rollouts/guided/s0/train.jsonl",
+              "data/rollouts/unguided/s0/train.jsonl", "data/guidance/guided/s0/guidance.jsonl",
+              "data/masked/unguided/s0/train.jsonl", "data/dataset/no_mask/s0/train.parquet",
+              "data/models/full/s0/model.safetensors", "data/eval/untrained/s0/results.json",
+              "data/eval/reference/results.json", "data/experiment/results.md", "data/experiment/tts.png",
+              "data/experiment/tts.html"):
         assert (proj / p).exists(), p
-    results = json.loads((proj / "data/report/results.json").read_text())
-    assert set(results) == {"reference", "base", "sft"}
-    assert results["reference"]["weighted"]["final"] >= 60  # the scripted reference solves the task
+    assert not any(s.guidance for line in (proj / "data/rollouts/unguided/s0/train.jsonl").read_text().splitlines()
+                   for s in Trajectory.model_validate_json(line).steps)
+    results = json.loads((proj / "data/experiment/results.json").read_text())
+    assert list(results) == ["untrained", "full", "no_mask", "no_human"]
     for v in results.values():
-        assert 0 <= v["weighted"]["final"] <= v["weighted"]["best"] <= 100
+        assert v["seeds"] == [0]
+        assert 0 <= v["final_ci"][0] <= v["final_mean"] <= v["final_ci"][1] <= 100
+        assert v["final_mean"] <= v["best_mean"]
+    assert results["untrained"]["diff_vs_untrained"]["mean"] == 0.0
+    ref = json.loads((proj / "data/eval/reference/results.json").read_text())
+    assert ref["weighted"]["final"] >= 60  # the scripted reference solves the task
 
     # DVC: everything recorded
     status = _run(["dvc", "status", "--json"], proj, env)
     assert json.loads(status or "{}") == {}
     lock = yaml.safe_load((proj / "dvc.lock").read_text())
-    assert {"suite", "bootstrap", "rollout", "train", "report", "evaluate@sft"} <= set(lock["stages"])
+    assert {"suite", "bootstrap", "rollout@guided-0", "train@full-0", "experiment", "evaluate@no_human-0"} \
+        <= set(lock["stages"])
 
     # MLflow: one parent pipeline run, a child per stage with explicit parent
     db = sqlite3.connect(proj / "mlflow" / "mlflow.db")
     runs = dict(db.execute("select run_uuid, name from runs").fetchall())
     parents = [r for r, in db.execute("select run_uuid from tags where key='apollo.kind' and value='pipeline'")]
     assert len(parents) == 1
-    children = {runs[r] for r, in db.execute(
+    children = {runs[r]: r for r, in db.execute(
         "select run_uuid from tags where key='mlflow.parentRunId' and value=?", (parents[0],))}
-    assert {"suite", "bootstrap", "rollout", "guidance", "mask", "build", "train@sft", "evaluate@base", "report"} <= children
+    assert {"suite", "bootstrap", "rollout@guided-0", "rollout@unguided-0", "guidance@guided-0", "mask@guided-0",
+            "build@full-0", "train@full-0", "train@no_mask-0", "evaluate@untrained-0", "evaluate@no_human-0",
+            "evaluate@reference", "experiment"} <= set(children)
+    tags = dict(db.execute("select key, value from tags where run_uuid=?", (children["train@no_mask-0"],)).fetchall())
+    assert tags["variant"] == "no_mask" and tags["seed"] == "0" and len(tags["git_commit"]) == 40 and tags["dvc_lock_hash"]
     metric_keys = {k for k, in db.execute("select distinct key from metrics")}
-    assert {"rollout.final_mean", "mask.drop_rate", "train.loss", "eval.weighted_final"} <= metric_keys
+    assert {"rollout.final_mean", "mask.drop_rate", "train.loss", "eval.weighted_final",
+            "experiment.full.final_mean", "tts.steps.best.full"} <= metric_keys
+    steps = {s for s, in db.execute("select step from metrics where key='tts.steps.best.full'")}
+    assert steps == {1, 2, 4, 8}  # the curve, step = budget
     assert any(k.startswith("system/") for k in metric_keys)  # system metrics while training
-    aliases = dict(db.execute("select alias, version from registered_model_aliases where name='apollo-policy-sft'"))
+    aliases = dict(db.execute("select alias, version from registered_model_aliases where name='apollo-policy-full'"))
     assert set(aliases) == {"newest", "best"}
     train_params = {k for k, in db.execute(
-        "select p.key from params p join runs r on p.run_uuid=r.run_uuid where r.name='train@sft'")}
-    assert {"train.lr", "rollout.engine", "mask.rules", "build.upsample_react", "seed"} <= train_params
+        "select p.key from params p join runs r on p.run_uuid=r.run_uuid where r.name='train@full-0'")}
+    assert {"train.lr", "rollout.engine", "mask.rules", "build.upsample_react", "experiment.variants.full.masks"} \
+        <= train_params
     inputs = db.execute("select count(*) from inputs").fetchone()[0]
     assert inputs >= 1  # log_input: the data each stage read
     metrics = json.loads(_run(["dvc", "metrics", "show", "--json"], proj, env))
-    assert metrics[""]["data"]["data/report/results.json"]["data"]["sft"]["weighted"]["final"] >= 0
+    assert metrics[""]["data"]["data/experiment/results.json"]["data"]["full"]["final_mean"] >= 0
     _run(["dvc", "plots", "show", "-o", str(tmp_path / "plots")], proj, env)
     assert (tmp_path / "plots" / "index.html").exists()
 
-    # a second run with nothing changed runs no stage
-    out2 = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
-    assert "stages run: none" in out2
+    # a second run with nothing changed runs no stage; a subset of the cells gets its own table
+    out2 = _run([sys.executable, "-m", "flows.pipeline", "--variants", "full", "untrained"], proj, env)
+    assert "stages run: none" in out2 and "cells: full/0, untrained/0\n" in out2
+    assert list(json.loads((proj / "data/run/results.json").read_text())) == ["full", "untrained"]
     # a params change makes exactly the affected stages stale
     small = yaml.safe_load((proj / "params.yaml").read_text())
-    small["report"]["variants"] = ["base", "sft"]
+    small["experiment"]["bootstrap"]["resamples"] = 600
     (proj / "params.yaml").write_text(yaml.safe_dump(small, sort_keys=False))
     out3 = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
-    assert "stages run: report" in out3
+    assert "stages run: experiment\n" in out3

@@ -21,7 +21,8 @@ from apollo.tracking import stage_run
 
 log = logging.getLogger(__name__)
 
-STAGES = ("suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "report")
+STAGES = ("suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "experiment")
+CELL_PATH_STAGES = ("rollout", "guidance", "mask", "build")  # their cell is in ``paths`` (no variant argument)
 
 
 def stage_module(name: str):
@@ -31,26 +32,39 @@ def stage_module(name: str):
 
 
 def run_stage(name: str, params: dict[str, Any] | None = None, *, variant: str | None = None,
-              parent_run_id: str | None = None, module: Any = None) -> dict[str, Any]:
+              parent_run_id: str | None = None, module: Any = None, seed: int | None = None,
+              rollouts: str | None = None) -> dict[str, Any]:
     """Run one stage in this process inside its own MLflow (child) run. ``module`` (with a
     ``run(params, tracker[, variant])``) replaces ``apollo.stages.<name>``: a stage of another
-    ``dvc.yaml`` gets the same provenance."""
+    ``dvc.yaml`` gets the same provenance.
+
+    ``seed`` makes it a stage of one experiment cell (:mod:`apollo.experiment.variants`): the
+    top-level ``seed`` param becomes the cell's seed (rollout sampling, training order, evaluation
+    sampling), and the stage reads and writes the cell's paths (:meth:`apollo.config.Paths.cell`);
+    ``rollouts`` (guided | unguided) names the rollouts of a rollout/guidance/mask stage."""
     from apollo.config import project_root
     from apollo.stages import provenance as prov
     from apollo.tracking import log_inputs, log_policy, system_metrics, update_best_alias
 
     mod = module or stage_module(name)
     root = project_root()
-    run_name = f"{name}@{variant}" if variant else name
+    cell = f"{variant or rollouts}-{seed}" if seed is not None else variant
+    run_name = f"{name}@{cell}" if cell else name
     info = prov.stage_info(root, os.environ.get("DVC_STAGE") or run_name)
     guard = prov.ParamsGuard(root / "params.yaml", info.param_keys) if info and params is None else None
     params = params if params is not None else load_params()
+    paths = None
+    if seed is not None:
+        from apollo.config import Paths
+
+        params = {**params, "seed": int(seed)}
+        paths = Paths(root).cell(int(seed), rollouts or "guided", variant)
     if info:  # the params this stage and its upstream stages ran with, as dvc.yaml declares them
         logged = prov.select(params, sorted(set(info.param_keys) | set(info.upstream_param_keys)))
     else:
         logged = {k: v for k, v in params.items() if k in (name, "seed", "model")}
     tags = {"git_commit": prov.git_commit(root), "dvc_lock_hash": prov.lock_hash(root),
-            "variant": variant or "", "seed": params.get("seed", ""), "dvc_stage": info.address if info else run_name}
+            "variant": variant or rollouts or "", "seed": params.get("seed", ""), "dvc_stage": info.address if info else run_name}
     if info and info.upstream:
         tags["upstream_stages"] = ",".join(info.upstream)
     if os.environ.get("DVC_EXP_NAME"):
@@ -60,7 +74,9 @@ def run_stage(name: str, params: dict[str, Any] | None = None, *, variant: str |
         if info and info.data_deps:
             digests = prov.out_hashes(root)
             log_inputs(tracker, {d: digests.get(d, "") for d in info.data_deps})
-        kwargs = {"variant": variant} if variant else {}
+        kwargs: dict[str, Any] = {"variant": variant} if variant and name not in CELL_PATH_STAGES else {}
+        if paths is not None:
+            kwargs["paths"] = paths
         if name == "train":
             with system_metrics(tracker):
                 metrics = mod.run(params, tracker, **kwargs)
@@ -72,8 +88,8 @@ def run_stage(name: str, params: dict[str, Any] | None = None, *, variant: str |
         if name == "train":
             from apollo.config import Paths
 
-            log_policy(tracker, Paths(root).model(variant or "sft"), variant or "sft")
+            log_policy(tracker, (paths or Paths(root)).model(variant or "sft"), variant or "sft", seed=seed)
         elif name == "evaluate" and variant and "eval.weighted_final" in metrics:
-            update_best_alias(tracker, variant, float(metrics["eval.weighted_final"]))
+            update_best_alias(tracker, variant, float(metrics["eval.weighted_final"]), seed=seed)
     log.info("stage %s done in %.1fs", run_name, time.perf_counter() - t0)
     return metrics

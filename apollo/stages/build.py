@@ -1,4 +1,7 @@
-"""Build stage: masked trajectories → ``data/dataset/train.parquet`` (+ ``stats.json``)."""
+"""Build stage: masked trajectories → ``data/dataset/train.parquet`` (+ ``stats.json``).
+
+In an experiment cell: ``data/masked/<rollouts>/s<seed>`` → ``data/dataset/<variant>/s<seed>``,
+with the action masks on or off as the variant table says (``no_mask``: off)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,15 @@ from typing import Any
 from apollo.config import Paths, section
 from apollo.data.build import BuildConfig, build_dataset, write_parquet
 from apollo.schema import atomic_write_text, read_trajectories
+
+
+def strip_action_masks(trajs):
+    """The ``no_mask`` ablation: every valid action is trained (the mask decisions are dropped;
+    invalid actions never train, and summary masks guard data integrity, so both stay)."""
+    for t in trajs:
+        for step in t.steps:
+            step.mask = None
+    return trajs
 
 
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dict[str, Any]:
@@ -22,6 +34,13 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     )
     tokenizer = AutoTokenizer.from_pretrained(paths.base_model)
     trajs = read_trajectories(paths.masked / "train.jsonl")
+    masks_on = True
+    if paths.variant:  # an experiment cell: the variant table says whether action masks apply
+        from apollo.experiment.variants import variant
+
+        masks_on = variant(params, paths.variant).masks
+    if not masks_on:
+        trajs = strip_action_masks(trajs)
     auth: dict[str, int] = {}
     if any(s.guidance for t in trajs for s in t.steps):
         # guidance provenance (issue 13): a trajectory carrying a <real_user> message the store did not
@@ -50,6 +69,7 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
                   out=paths.quality / "dataset.json", tracker=tracker)
     write_parquet(rows, paths.dataset / "train.parquet")
     atomic_write_text(paths.dataset / "stats.json", json.dumps(stats, indent=2) + "\n")
+    stats["build.action_masks"] = int(masks_on)
     if tracker is not None:
         tracker.log_metrics(stats)
     return stats

@@ -27,6 +27,14 @@ from apollo.stages.common import (
 )
 
 
+BASE_POLICY_VARIANTS = ("base", "untrained")  # evaluate the shared base model
+
+
+def policy_dir(paths: Paths, variant: str):
+    """The model a variant evaluates: ``untrained`` (= ``base``) is the shared base policy."""
+    return paths.base_model if variant in BASE_POLICY_VARIANTS else paths.model(variant)
+
+
 def plan(params: dict[str, Any]) -> list[RolloutJob]:
     return plan_jobs(params, "evaluate", "test", seed_offset=7919)
 
@@ -46,7 +54,7 @@ def run_one(job: RolloutJob, params: dict[str, Any], variant: str, paths: Paths 
     paths = paths or Paths.default()
     p = section(params, "evaluate")
     task = load_task(job.task_id, view_hint=bool(p.get("view_hint", False)))
-    shared = None if variant == "reference" else current_engine(p, paths.model(variant))
+    shared = None if variant == "reference" else current_engine(p, policy_dir(paths, variant))
     return episode(task, _engine(job, task, variant, shared), job, agent_config(p), guidance=None,
                    meta={"stage": "evaluate", "variant": variant, "sample": job.sample})
 
@@ -91,12 +99,13 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
     jobs = plan(params)
     p = section(params, "evaluate")
     workers = int(p.get("workers", 2))
-    session = engine_session({**p, "engine": "scripted"} if variant == "reference" else p, paths.model(variant))
+    session = engine_session({**p, "engine": "scripted"} if variant == "reference" else p, policy_dir(paths, variant))
     with session as engine:
         async def one(job: RolloutJob) -> Trajectory:
             return await arun_one(job, params, variant, engine)
 
-        trajs = run_jobs(jobs, one, workers, f"evaluate[{variant}]", engine=engine)
+        label = f"evaluate[{variant}]" if paths.seed is None else f"evaluate[{variant} s{paths.seed}]"
+        trajs = run_jobs(jobs, one, workers, label, engine=engine)
     metrics = finalize(trajs, variant, paths)
     if tracker is not None:
         tracker.log_metrics(metrics)

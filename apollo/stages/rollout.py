@@ -5,6 +5,9 @@ The guidance store (``data/store/guidance.sqlite``) is the live channel, not an 
 guidance stage exports what it delivered. ``rollout.guidance.mode`` picks how the workers reach it
 (``store``: directly, the default; ``service``: through the guidance service started in-process;
 ``remote``: through a separately started ``apollo serve``), see :mod:`apollo.guidance.runtime`.
+In an experiment cell (``--rollouts guided|unguided --seed S``) it writes
+``data/rollouts/<guided|unguided>/s<S>/``; the unguided rollouts (the ``no_human`` ablation) run the
+same jobs and seeds with no annotator.
 
 The episodes run on the async runtime (:mod:`apollo.runtime`), ``rollout.workers`` in flight,
 against the engine of ``rollout.engine`` (``vllm_server``: a ``vllm serve`` started for the stage,
@@ -142,15 +145,23 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     p = section(params, "rollout")
     jobs = plan(params)
     workers = int(p.get("workers", 2))
+    guided = not (paths.seed is not None and paths.rollouts_kind == "unguided")
     with engine_session(p, p.get("model") or paths.base_model) as engine:
-        before = set(mp.active_children())
-        with annotator(params, paths) as channel:
-            watch = ProcessWatch(before)
+        if guided:
+            before = set(mp.active_children())
+            with annotator(params, paths) as channel:
+                watch = ProcessWatch(before)
 
-            async def one(job: RolloutJob) -> Trajectory:
-                return await arun_one(job, params, paths, engine, channel)
+                async def one(job: RolloutJob) -> Trajectory:
+                    return await arun_one(job, params, paths, engine, channel)
 
-            trajs = run_jobs(jobs, one, workers, "rollout", check=watch.check, engine=engine)
+                label = "rollout" if paths.seed is None else f"rollout[guided s{paths.seed}]"
+                trajs = run_jobs(jobs, one, workers, label, check=watch.check, engine=engine)
+        else:  # the no_human ablation's rollouts: the same jobs and seeds, no annotator at all
+            async def one_unguided(job: RolloutJob) -> Trajectory:
+                return await arun_one(job, params, paths, engine, None)
+
+            trajs = run_jobs(jobs, one_unguided, workers, f"rollout[unguided s{paths.seed}]", engine=engine)
     metrics = finalize(trajs, paths, tracker)
     if tracker is not None:
         tracker.log_metrics(metrics)

@@ -59,7 +59,7 @@ def _run_deepspeed(p: dict[str, Any], seed: int, opts, paths: Paths, out: Path, 
     from apollo.train.launch import launch_command
 
     root = paths.root
-    ckpt = Path(opts.checkpoint_dir) if opts.checkpoint_dir else paths.data / "checkpoints" / variant
+    ckpt = Path(opts.checkpoint_dir) if opts.checkpoint_dir else paths.checkpoints(variant)
     ckpt = ckpt if ckpt.is_absolute() else root / ckpt
     if opts.ds_config and not Path(opts.ds_config).is_absolute():
         p["ds_config"] = str(root / opts.ds_config)
