@@ -76,6 +76,7 @@ def _run(cmd, cwd, env, timeout=900):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_pipeline_end_to_end(tmp_path):
     proj = tmp_path / "proj"
     proj.mkdir()

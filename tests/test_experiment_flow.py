@@ -45,6 +45,7 @@ def _locked(proj) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_killed_experiment_resumes_without_redoing_finished_stages(tmp_path):
     proj, env = _project(tmp_path)
     cmd = [sys.executable, "-m", "flows.pipeline", "--variants", "untrained", "full"]
@@ -71,6 +72,7 @@ def test_killed_experiment_resumes_without_redoing_finished_stages(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_ablation_deployment_on_a_real_prefect_server(tmp_path, prefect_api):
     proj, env = _project(tmp_path)
     _run(["git", "add", "-A"], proj, env)
