@@ -85,7 +85,10 @@ def test_pipeline_end_to_end(tmp_path):
     env.update(PYTHONPATH=str(proj), PREFECT_HOME=str(tmp_path / "prefect"), TOKENIZERS_PARALLELISM="false")
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     _run(["git", "init", "-q"], proj, env)
+    _run(["git", "add", "-A"], proj, env)  # a commit: runs are tagged with it (git_commit)
+    _run(["git", "commit", "-q", "-m", "project"], proj, env)
     out = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
     for stage in ("suite", "bootstrap", "rollout@guided-0", "rollout@unguided-0", "build_guided@no_mask-0",
                   "train@no_human-0", "evaluate@full-0", "evaluate_untrained@0", "reference", "experiment"):

@@ -82,7 +82,7 @@ def test_ablation_deployment_on_a_real_prefect_server(tmp_path, prefect_api):
     worker = None
     try:
         api = Api(url)
-        _run([PREFECT, "work-pool", "create", "apollo-process", "--type", "process"], proj, env)
+        _run([PREFECT, "work-pool", "create", "apollo-process", "--type", "process", "--overwrite"], proj, env)
         _run([PREFECT, "--no-prompt", "deploy", "--prefect-file", "infra/prefect.yaml", "--name", "ablation"], proj, env)
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "apollo-process"], cwd=proj, env=env,
                                   stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)

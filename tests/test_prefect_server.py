@@ -97,7 +97,7 @@ def test_scheduled_and_manual_runs_on_a_real_server(tmp_path, prefect_api):
     procs = []
     try:
         api = Api(url)
-        run([PREFECT, "work-pool", "create", "apollo-process", "--type", "process"], proj, env)
+        run([PREFECT, "work-pool", "create", "apollo-process", "--type", "process", "--overwrite"], proj, env)
         run([PREFECT, "--no-prompt", "deploy", "--prefect-file", "infra/prefect.yaml", "--all"], proj, env)
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "apollo-process"], cwd=proj, env=env,
                                   stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
