@@ -102,7 +102,8 @@ def server_metrics(url: str) -> dict[str, float]:
     text = httpx.get(url + "/metrics", timeout=10).text
     out: dict[str, float] = {}
     for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total"):
-        vals = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.M)]
+        pattern = rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$"
+        vals = [float(m.group(1)) for m in re.finditer(pattern, text, re.MULTILINE)]
         out[name] = sum(vals)
     return out
 
@@ -297,8 +298,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"(tree includes {summary['scoring_s']:.1f} s of policy scoring)")
     if args.engine == "vllm_server":
         for r in rows:
-            print(f"  {r['task']} {r['arm']}: per-request cached {r['cached']} vs /metrics hits {r.get('metrics_hits')} "
-                  f"of {r.get('metrics_queries')} queried")
+            print(f"  {r['task']} {r['arm']}: per-request cached {r['cached']} vs /metrics hits "
+                  f"{r.get('metrics_hits')} of {r.get('metrics_queries')} queried")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
     return summary

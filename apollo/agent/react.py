@@ -181,7 +181,7 @@ async def arun_episode(
 
     ``start``: continue from another episode's step boundary (:class:`EpisodeStart`, tree-rollout
     branches). ``on_boundary(ws, i)``: called (in a worker thread) at every step boundary before
-    step ``i`` is prompted, e.g. to snapshot the workspace (:class:`apollo.rl.tree.WorkspaceSnapshots`).
+    step ``i`` is prompted, e.g. to snapshot the workspace (:class:`apollo.env.snapshot.WorkspaceSnapshots`).
 
     A coroutine so that many episodes run in flight on one event loop (:mod:`apollo.runtime`):
     generation awaits the engine (``agenerate`` when it has one, else ``generate`` in a worker

@@ -39,7 +39,8 @@ def copy_tree(src: Path, dst: Path) -> None:
     """Copy the contents of ``src`` into the (existing, empty) folder ``dst``, copy-on-write where
     the filesystem supports reflinks; metadata and symlinks are kept."""
     if shutil.which("cp"):
-        r = subprocess.run(["cp", "-a", "--reflink=auto", f"{src}/.", f"{dst}/"], capture_output=True, text=True)
+        r = subprocess.run(["cp", "-a", "--reflink=auto", f"{src}/.", f"{dst}/"], capture_output=True, text=True,
+                           check=False)
         if r.returncode == 0:
             return
         raise OSError(f"cp -a --reflink=auto {src} {dst} failed: {r.stderr.strip()[:300]}")

@@ -211,7 +211,7 @@ def plan_branches(inits: Sequence[Trajectory], scorer: Callable[[Trajectory], tu
     lp_roll = torch.zeros(n, width)
     mask = torch.zeros(n, width, dtype=torch.bool)
     blank = torch.ones(n, width, dtype=torch.bool)
-    eos = set(int(e) for e in eos_ids)
+    eos = {int(e) for e in eos_ids}
     text_of: dict[int, bool] = {}
     for i, (traj, r) in enumerate(zip(inits, resp)):
         m = len(r)
