@@ -24,7 +24,10 @@ the honest baseline) and emptied before each arm of each task, so neither arm in
 cache. ``input`` alone is also printed: it is what an engine without any prefix cache would
 prefill. Wall time is per arm (episodes ``--concurrency`` in flight; the tree's includes the
 scoring pass, also printed on its own). The done-when target is ≥ 40 % fewer prefill tokens for the
-tree than for the baseline, summed over the tasks.
+tree than for the baseline, summed over the tasks. The bench also prints the prefill of the first
+N episodes of each arm (alike: same seeds) and of the B extra ones (branches vs independent
+episodes): with the cache on in both arms the saving can never exceed the B extra episodes' share
+of the baseline, so at N = B it stays under ~50 % however cheap the branches are.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_tree.py [--tasks 3] [--n-init 4] [--n-branch 4]
         [--max-steps 8] [--model data/models/base] [--engine hf|vllm_server] [--json out.json]

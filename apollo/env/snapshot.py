@@ -26,11 +26,14 @@ The eval budget is not a file: the loop restores ``evals_used`` from the parent'
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 __all__ = ["WorkspaceSnapshots", "copy_tree"]
 
@@ -70,9 +73,12 @@ class WorkspaceSnapshots:
     def steps(self) -> list[int]:
         return sorted(int(p.name.split("-")[1]) for p in self.root.glob("before-*") if p.is_dir())
 
-    def take(self, ws: Any, step: int) -> Path:
+    def take(self, ws: Any, step: int) -> Path | None:
         """Snapshot ``ws.path`` as the state before ``step`` (written beside, then renamed: a
-        reader never sees half a snapshot). Usable as ``arun_episode(on_boundary=snaps.take)``."""
+        reader never sees half a snapshot). Usable as ``arun_episode(on_boundary=snaps.take)``.
+
+        A copy that fails (e.g. a background command deleted a file mid-copy) is logged and left
+        out (None): the episode goes on; a branch from that step then fails to restore, by name."""
         dst = self.path(step)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=self.root))
         try:
@@ -80,6 +86,10 @@ class WorkspaceSnapshots:
             if dst.exists():
                 shutil.rmtree(dst)
             tmp.rename(dst)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            log.warning("no workspace snapshot before step %d: %s", step, e)
+            return None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
