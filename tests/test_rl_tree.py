@@ -89,6 +89,11 @@ def test_snapshot_restores_identical_files_and_branch_writes_stay_private(task, 
     assert _digest(snaps.path(1)) == snap1  # the parent's snapshot is untouched
     with pytest.raises(FileNotFoundError, match="before step 7"):
         snaps.restore(branch, 7)
+    # a copy that fails leaves no (partial) snapshot behind
+    from types import SimpleNamespace
+
+    assert snaps.take(SimpleNamespace(path=tmp_path / "gone"), 3) is None and 3 not in snaps.steps()
+    assert not list(snaps.root.glob(".before-*"))
     snaps.close()
     assert snaps.steps() == []
 
