@@ -82,6 +82,9 @@ def test_served_policy_concurrent_episodes_weight_update_and_logprobs(tmp_path):
         after = run("after")
         # the same seed replays the same tokens on the same weights (a fresh server request)
         again = eng.generate(context_messages(after[0], 0), seed=11 * 100_003)
+        # a tree-rollout branch: the turn continues after its first 3 tokens, the shared prompt from the cache
+        prefix = again.token_ids[:3]
+        branch = eng.generate(context_messages(after[0], 0), seed=5, prefix=prefix)
         eng.close()
 
     assert metrics["rollout.trajectories"] == 2 and metrics["rollout.crashed"] == 0
@@ -99,6 +102,9 @@ def test_served_policy_concurrent_episodes_weight_update_and_logprobs(tmp_path):
     assert {s.tokens.policy_version for t in after for s in t.steps} == {1}
     assert [t.policy_version for t in after] == [1, 1]
     assert again.token_ids == after[0].steps[0].tokens.token_ids
+    assert branch.prompt_tokens == again.prompt_tokens + 3 and branch.meta["prefix_tokens"] == 3
+    assert branch.text == eng.tokenizer.decode(prefix + branch.token_ids, skip_special_tokens=True)
+    assert 0 < branch.meta["cached_tokens"] <= again.prompt_tokens  # the server's own prefix-cache count
     # server logprobs == the trainer's recomputed logprobs, on the weights that sampled them
     for trajs, model_dir in ((before, v0), (after, v1)):
         for traj in trajs:

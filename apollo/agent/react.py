@@ -12,7 +12,8 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from apollo.agent.actions import parse_action
@@ -52,6 +53,39 @@ class AgentConfig:
     summarize: bool = True
     command_timeout_s: float = 20.0
     max_output_chars: int = 1500
+
+
+@dataclass
+class EpisodeStart:
+    """An episode that continues another one's state from a step boundary (a tree-rollout branch,
+    :mod:`apollo.rl.tree`): steps ``0..k-1`` are taken as they were, step ``k`` regenerates after
+    ``prefix`` (the first tokens of the original step ``k``'s response), then the loop goes on.
+
+    ``steps``/``summaries``/``evals``: the records before step ``k`` (copied into the new
+    trajectory); ``first_step``/``summary_index``: step ``k``'s context window, ``guidance``: what
+    was delivered before step ``k`` (so its prompt is the original's, token for token);
+    ``prefix_logprobs``/``prefix_entropies``: the original's values for the prefix tokens (the
+    record of step ``k`` holds prefix + continuation); ``restore(ws)``: puts the fresh workspace
+    in the state it had before step ``k``; ``evals_used``: evals already spent; ``elapsed_s``: wall
+    time already spent (counts against the task's budget).
+    """
+
+    steps: list[Step]
+    prefix: list[int]
+    summaries: list[Summary] = field(default_factory=list)
+    evals: list[EvalRecord] = field(default_factory=list)
+    first_step: int = 0
+    summary_index: int | None = None
+    guidance: list[Guidance] = field(default_factory=list)
+    prefix_logprobs: list[float] | None = None
+    prefix_entropies: list[float] | None = None
+    restore: Callable[[Any], None] | None = None
+    evals_used: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def step_index(self) -> int:
+        return len(self.steps)
 
 
 def _summarize(engine: Engine, traj: Trajectory, step_index: int, first_step: int,
@@ -101,11 +135,32 @@ def run_episode(task: Any, engine: Engine, **kw: Any) -> Trajectory:
     return asyncio.run(arun_episode(task, engine, **kw))
 
 
-async def _generate(engine: Engine, msgs: list[dict[str, Any]], seed: int) -> Generation:
+async def _generate(engine: Engine, msgs: list[dict[str, Any]], seed: int,
+                    prefix: list[int] | None = None) -> Generation:
+    kw: dict[str, Any] = {"seed": seed}
+    if prefix is not None:  # a branch: only engines that continue a partial turn take it (hf, vllm_server)
+        kw["prefix"] = prefix
     agen = getattr(engine, "agenerate", None)
     if agen is not None:  # a served engine: the request waits on the network, not on a thread
-        return await agen(msgs, seed=seed)
-    return await asyncio.to_thread(engine.generate, msgs, seed=seed)
+        return await agen(msgs, **kw)
+    return await asyncio.to_thread(engine.generate, msgs, **kw)
+
+
+def _trace(gen: Generation, engine: Engine, start: EpisodeStart | None) -> TokenTrace | None:
+    """The step's token record; after a branch ``prefix`` it is prefix + continuation."""
+    if gen.token_ids is None:
+        return None
+    version = gen.meta.get("policy_version", engine.policy_version)
+    if start is None:
+        return TokenTrace(token_ids=gen.token_ids, logprobs=gen.logprobs, entropies=gen.entropies,
+                          policy_version=version)
+
+    def join(pre: list[float] | None, new: list[float] | None) -> list[float] | None:
+        return None if pre is None or new is None else list(pre) + list(new)
+
+    return TokenTrace(token_ids=list(start.prefix) + list(gen.token_ids),
+                      logprobs=join(start.prefix_logprobs, gen.logprobs),
+                      entropies=join(start.prefix_entropies, gen.entropies), policy_version=version)
 
 
 async def arun_episode(
@@ -118,9 +173,15 @@ async def arun_episode(
     trajectory_id: str | None = None,
     workspace_root: Any = None,
     meta: dict[str, Any] | None = None,
+    start: EpisodeStart | None = None,
+    on_boundary: Callable[[Any, int], None] | None = None,
 ) -> Trajectory:
     """The one episode loop (every engine, the scripted agent included); always ends with a forced
     final eval.
+
+    ``start``: continue from another episode's step boundary (:class:`EpisodeStart`, tree-rollout
+    branches). ``on_boundary(ws, i)``: called (in a worker thread) at every step boundary before
+    step ``i`` is prompted, e.g. to snapshot the workspace (:class:`apollo.env.snapshot.WorkspaceSnapshots`).
 
     A coroutine so that many episodes run in flight on one event loop (:mod:`apollo.runtime`):
     generation awaits the engine (``agenerate`` when it has one, else ``generate`` in a worker
@@ -154,29 +215,44 @@ async def arun_episode(
         meta=dict(meta or {}),
         task_facts=task.facts() if hasattr(task, "facts") else None,  # what the mask detectors need
     )
+    if start is not None:
+        traj.steps = [st.model_copy(deep=True) for st in start.steps]
+        traj.summaries = [sm.model_copy(deep=True) for sm in start.summaries]
+        traj.evals = [ev.model_copy(deep=True) for ev in start.evals]
     if guidance is not None:  # the prefix lets the annotator UI rebuild every context window exactly
         await asyncio.to_thread(guidance.register, tid, task.task_id, meta={
             "prefix_messages": traj.prefix_messages, "domain": task.domain, "split": task.split,
             "max_steps": max_steps, "policy_id": engine.policy_id})
-    first_step, summary_index = 0, None
-    t_start = time.monotonic()
+    first_step, summary_index = (start.first_step, start.summary_index) if start is not None else (0, None)
+    first_i = start.step_index if start is not None else 0
+    t_start = time.monotonic() - (start.elapsed_s if start is not None else 0.0)
     ws = Workspace(task, root=workspace_root, command_timeout_s=cfg.command_timeout_s,
                    max_output_chars=cfg.max_output_chars)
     await asyncio.to_thread(ws.__enter__)
     try:
         try:
-            for i in range(max_steps):
+            if start is not None:
+                if start.restore is not None:
+                    await asyncio.to_thread(start.restore, ws)
+                ws.evals_used = start.evals_used
+            for i in range(first_i, max_steps):
                 if time.monotonic() - t_start > max_wall:
                     traj.finish_reason = "time_budget"
                     break
+                if on_boundary is not None:
+                    await asyncio.to_thread(on_boundary, ws, i)
                 step_t0 = time.time()
+                branching = start is not None and i == first_i
                 # step boundary: due guidance enters the context now, never mid-generation
-                pending = (await asyncio.to_thread(guidance.take_pending, tid, i)) if guidance is not None else []
+                if branching:  # the original step's guidance: the same prompt, token for token
+                    pending = list(start.guidance)
+                else:
+                    pending = (await asyncio.to_thread(guidance.take_pending, tid, i)) if guidance is not None else []
                 msgs, first_step, summary_index, n_prompt = await asyncio.to_thread(
                     _fit_window, engine, traj, i, first_step, summary_index, pending, cfg.context_tokens,
                     seed, cfg.summarize,
                 )
-                gen = await _generate(engine, msgs, seed * 100_003 + i)
+                gen = await _generate(engine, msgs, seed * 100_003 + i, start.prefix if branching else None)
                 action = parse_action(gen.text)
                 tool_t0 = time.perf_counter()
                 if action.valid:
@@ -186,11 +262,7 @@ async def arun_episode(
                     obs = Observation(text=f"Invalid action: {action.parse_error}.", error=True)
                     ev, done = None, False
                 tool_s = time.perf_counter() - tool_t0
-                tokens = None
-                if gen.token_ids is not None:
-                    tokens = TokenTrace(token_ids=gen.token_ids, logprobs=gen.logprobs,
-                                        entropies=gen.entropies,
-                                        policy_version=gen.meta.get("policy_version", engine.policy_version))
+                tokens = _trace(gen, engine, start if branching else None)
                 step = Step(
                     index=i,
                     assistant_text=gen.text,

@@ -24,7 +24,9 @@ class Generation:
     # "stop": the model ended its turn; "length": cut at max_new_tokens (no end token was produced);
     # None: the engine cannot tell
     finish_reason: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)  # e.g. policy_version (served engines)
+    # e.g. policy_version (served engines); cached_tokens / prefill_tokens (input tokens served from
+    # the engine's prefix cache / processed by this call) and prefix_tokens, where the engine reports them
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class LocalEngine:
@@ -51,6 +53,11 @@ class LocalEngine:
 
 
 class Engine(Protocol):
+    """``generate(messages, seed=)``. Engines that can continue a partial assistant turn (``hf``,
+    ``vllm_server``; what tree-rollout branches need) also take ``prefix=[token ids]``: the turn
+    starts with those tokens, the result's ``token_ids``/``logprobs``/``entropies`` are the new
+    tokens only and ``text`` is the whole turn."""
+
     policy_id: str
     policy_version: int
     name: str

@@ -117,6 +117,7 @@ class VLLMServer:
             "--model", self.model_path, "--served-model-name", c.served_model_name,
             "--host", c.host, "--port", str(self.port),
             "--enable-prefix-caching", "--logprobs-mode", "processed_logprobs",
+            "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens per request
             "--max-logprobs", str(max(c.top_logprobs, 1)), "--dtype", c.dtype,
             "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
             "--generation-config", "vllm",  # our sampling params only, not generation_config.json's
@@ -292,7 +293,7 @@ class VLLMServerEngine:
         return {"model": self.served_model_name, "token_ids": ids, "sampling_params": sp,
                 "output_mode": "tokens"}
 
-    def _parse(self, body: dict[str, Any], ids: list[int], t0: float) -> Generation:
+    def _parse(self, body: dict[str, Any], ids: list[int], t0: float, prefix: list[int] | None = None) -> Generation:
         choice = body["choices"][0]
         new = [int(t) for t in choice.get("token_ids") or []]
         content = (choice.get("logprobs") or {}).get("content") or []
@@ -305,11 +306,17 @@ class VLLMServerEngine:
         versions = sorted({_version(s["version"]) for s in spans}) if spans else [self.policy_version]
         if len(versions) > 1:
             log.warning("one generation spans weight versions %s; recording the oldest", versions)
+        pre = list(prefix or [])
+        meta: dict[str, Any] = {"policy_version": versions[0], "finish_reason": choice.get("finish_reason"),
+                                "prefix_tokens": len(pre)}
+        cached = ((body.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:  # the server's own count of prompt tokens served from its prefix cache
+            meta["cached_tokens"] = int(cached)
+            meta["prefill_tokens"] = len(ids) - int(cached)
         return Generation(
-            text=self.tokenizer.decode(new, skip_special_tokens=True),
+            text=self.tokenizer.decode(pre + new, skip_special_tokens=True),
             token_ids=new, logprobs=logprobs, entropies=entropies, prompt_tokens=len(ids),
-            gen_time_s=time.perf_counter() - t0, finish_reason=choice.get("finish_reason"),
-            meta={"policy_version": versions[0], "finish_reason": choice.get("finish_reason")},
+            gen_time_s=time.perf_counter() - t0, finish_reason=choice.get("finish_reason"), meta=meta,
         )
 
     def _fail(self, e: Exception) -> EngineUnavailable:
@@ -322,15 +329,20 @@ class VLLMServerEngine:
 
     # -- generation -------------------------------------------------------------------------------
 
-    def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None) -> Generation:
+    def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None,
+                 prefix: list[int] | None = None) -> Generation:
+        """One assistant turn. ``prefix``: token ids the turn already starts with (a tree-rollout
+        branch); they are appended to the prompt ids, so the server's prefix cache serves the
+        shared part, and the result holds the new tokens only (``text`` is the whole turn), as
+        :meth:`apollo.engines.hf.HFEngine.generate`."""
         t0 = time.perf_counter()
-        ids = self.prompt_ids(messages)
+        ids = self.prompt_ids(messages) + [int(t) for t in (prefix or [])]
         try:
             r = self._sync.post(self.url + "/inference/v1/generate", json=self._request(ids, seed))
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise self._fail(e) from e
-        return self._parse(r.json(), ids, t0)
+        return self._parse(r.json(), ids, t0, prefix)
 
     def _client(self) -> httpx.AsyncClient:
         key = id(asyncio.get_running_loop())
@@ -340,15 +352,17 @@ class VLLMServerEngine:
                                                      limits=httpx.Limits(max_connections=256))
             return self._async[key]
 
-    async def agenerate(self, messages: list[dict[str, Any]], *, seed: int | None = None) -> Generation:
+    async def agenerate(self, messages: list[dict[str, Any]], *, seed: int | None = None,
+                        prefix: list[int] | None = None) -> Generation:
         t0 = time.perf_counter()
         ids = await asyncio.to_thread(self.prompt_ids, messages)  # chat template + BPE: CPU work
+        ids = ids + [int(t) for t in (prefix or [])]
         try:
             r = await self._client().post(self.url + "/inference/v1/generate", json=self._request(ids, seed))
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise self._fail(e) from e
-        return self._parse(r.json(), ids, t0)
+        return self._parse(r.json(), ids, t0, prefix)
 
     async def aclose(self) -> None:
         client = self._async.pop(id(asyncio.get_running_loop()), None)

@@ -5,6 +5,8 @@
 - :mod:`apollo.rl.sao`: ``dis_mask``, ``sao_policy_loss``, ``skip_observation_gae``, ``policy_lambda``
 - :mod:`apollo.rl.losses`: ``dual_clip_ppo_loss``, ``grpo_advantages`` and the registries
   ``POLICY_LOSSES`` / ``ADVANTAGES`` (``get_policy_loss(name)``, ``get_advantage(name)``)
+
+:mod:`apollo.rl.tree` (tree rollouts for agents) runs episodes, so it is not imported here.
 """
 
 from apollo.rl.appo import branch_credit, branch_scores, dual_group_advantages, future_aware_advantages
