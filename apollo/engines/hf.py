@@ -27,12 +27,16 @@ class HFEngine(LocalEngine):
     policy_version=…, dtype="float32", device=None, model=None, tokenizer=None,
     prefix_cache_tokens=0)``: the sampling settings are :class:`~apollo.engines.base.LocalEngine`'s;
     ``model``/``tokenizer`` reuse loaded ones; ``prefix_cache_tokens`` caps the prefix KV cache in
-    tokens (0: off, every call prefills its whole input, as before)."""
+    tokens (0: off, every call prefills its whole input, as before); ``max_batch > 1`` decodes
+    concurrent calls together (:mod:`apollo.engines.hf_batch`, continuous batching; 1: each call
+    runs its own decode loop in its caller's thread); ``decode_threads``: the batching thread's
+    torch intra-op threads."""
 
     name = "hf"
 
     def _load(self, max_context: int | None, *, dtype: str = "float32", device: str | None = None,
-              model: Any = None, tokenizer: Any = None, prefix_cache_tokens: int = 0) -> None:
+              model: Any = None, tokenizer: Any = None, prefix_cache_tokens: int = 0, max_batch: int = 1,
+              decode_threads: int = 1) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.prefix_cache = PrefixKVCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
@@ -52,6 +56,13 @@ class HFEngine(LocalEngine):
         if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
             eos.add(im_end)
         self.eos_ids = sorted(i for i in eos if i is not None)
+        self.batcher = None
+        if int(max_batch) > 1:
+            from apollo.engines.hf_batch import DecodeBatcher
+
+            self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=self.eos_ids,
+                                         sample=self._sample, prefill=self._prefill, finish=self._keep,
+                                         device=self.device, threads=decode_threads)
 
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         return tokenize_prompt(self.tokenizer, messages)
@@ -99,31 +110,14 @@ class HFEngine(LocalEngine):
             rng.manual_seed(int(seed) % (2**63))
         else:
             rng.seed()
-        sample = self.temperature > 0
-        eos = set(self.eos_ids)
-        reused, past = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else (0, None)
-        out = self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), past_key_values=past,
-                         use_cache=True)
-        new: list[int] = []
-        logprobs: list[float] = []
-        entropies: list[float] = []
-        for _ in range(min(self.max_new_tokens, budget)):
-            logits = out.logits[0, -1].float()
-            lp = torch.log_softmax(logits / self.temperature if sample else logits, dim=-1)
-            if sample and self.top_p < 1.0:
-                lp = _top_p(lp, self.top_p)
-            p = lp.exp()
-            tok = int(torch.multinomial(p, 1, generator=rng)) if sample else int(torch.argmax(lp))
-            new.append(tok)
-            logprobs.append(float(lp[tok]))
-            entropies.append(float(-(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum()))
-            if tok in eos:
-                break
-            out = self.model(input_ids=torch.tensor([[tok]], device=self.device),
-                             past_key_values=out.past_key_values, use_cache=True)
-        if self.prefix_cache is not None:  # what the KV cache covers: the input and the tokens fed back
-            kv = out.past_key_values
-            self.prefix_cache.store((ids + new)[:kv.get_seq_length()], kv)
+        limit = min(self.max_new_tokens, budget)
+        if self.batcher is not None:
+            from apollo.engines.hf_batch import DecodeRequest
+
+            req = self.batcher.submit(DecodeRequest(ids=ids, limit=limit, rng=rng))
+            reused, new, logprobs, entropies = req.reused, req.new, req.logprobs, req.entropies
+        else:
+            reused, new, logprobs, entropies = self._decode(ids, limit, rng)
         with self._stats_lock:
             st = self.stats
             st["calls"] += 1
@@ -142,6 +136,59 @@ class HFEngine(LocalEngine):
             finish_reason="stop" if new and new[-1] in self.eos_ids else "length",
             meta={"prefix_tokens": len(pre), "cached_tokens": reused, "prefill_tokens": len(ids) - reused},
         )
+
+
+    def _sample(self, logits: torch.Tensor, rng: torch.Generator) -> tuple[int, float, float]:
+        """One token from next-token ``logits``: (id, its logprob, the distribution's entropy), under
+        the engine's temperature and top-p."""
+        sample = self.temperature > 0
+        lp = torch.log_softmax(logits / self.temperature if sample else logits, dim=-1)
+        if sample and self.top_p < 1.0:
+            lp = _top_p(lp, self.top_p)
+        p = lp.exp()
+        tok = int(torch.multinomial(p, 1, generator=rng)) if sample else int(torch.argmax(lp))
+        return tok, float(lp[tok]), float(-(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum())
+
+    def _prefill(self, ids: list[int]) -> tuple[int, torch.Tensor, list]:
+        """Run the input (what the prefix cache does not cover): (cached tokens, last logits, KV)."""
+        from apollo.engines.hf_batch import kv_of
+
+        reused, past = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else (0, None)
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), past_key_values=past,
+                             use_cache=True)
+        return reused, out.logits[0, -1].float(), kv_of(out.past_key_values)
+
+    def _keep(self, req: Any) -> None:
+        """A finished batched request: keep its KV (input + tokens fed back) in the prefix cache."""
+        if self.prefix_cache is not None and req.kv is not None:
+            from apollo.engines.hf_batch import cache_of
+
+            self.prefix_cache.store((req.ids + req.new)[:req.length], cache_of(req.kv))
+
+    @torch.no_grad()
+    def _decode(self, ids: list[int], limit: int, rng: torch.Generator) -> tuple[int, list[int], list[float], list[float]]:
+        """The single-sequence decode loop (in the caller's thread)."""
+        eos = set(self.eos_ids)
+        reused, past = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else (0, None)
+        out = self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), past_key_values=past,
+                         use_cache=True)
+        new: list[int] = []
+        logprobs: list[float] = []
+        entropies: list[float] = []
+        for _ in range(limit):
+            tok, lp, ent = self._sample(out.logits[0, -1].float(), rng)
+            new.append(tok)
+            logprobs.append(lp)
+            entropies.append(ent)
+            if tok in eos:
+                break
+            out = self.model(input_ids=torch.tensor([[tok]], device=self.device),
+                             past_key_values=out.past_key_values, use_cache=True)
+        if self.prefix_cache is not None:  # what the KV cache covers: the input and the tokens fed back
+            kv = out.past_key_values
+            self.prefix_cache.store((ids + new)[:kv.get_seq_length()], kv)
+        return reused, new, logprobs, entropies
 
 
 def _zero_stats() -> dict[str, int]:

@@ -102,7 +102,11 @@ _SERVED: list[Engine] = []  # served engines of the stage sessions open in this 
 
 
 def engine_kwargs(p: dict[str, Any]) -> dict[str, Any]:
-    return {"temperature": float(p.get("temperature", 0.7)), "max_new_tokens": int(p.get("max_new_tokens", 192))}
+    kw = {"temperature": float(p.get("temperature", 0.7)), "max_new_tokens": int(p.get("max_new_tokens", 192))}
+    if p.get("engine", "hf") == "hf":  # the in-process engine's own batching and prefix KV cache
+        kw["max_batch"] = int(p.get("max_batch", 1))
+        kw["prefix_cache_tokens"] = int(p.get("prefix_cache_tokens", 0))
+    return kw
 
 
 @contextmanager
