@@ -362,3 +362,21 @@ def test_mask_keeps_inputs_and_is_deterministic(labeled):
     assert [s.mask for t in a for s in t.steps] == [s.mask for t in b for s in t.steps]
     assert all(re.fullmatch(r"mask\.[\w.]+", k) for k in stats)
     assert stats["mask.drop_rate"] == pytest.approx(sum(not s.mask.keep for t in a for s in t.steps) / stats["mask.steps"])
+
+
+def test_every_json_parse_error_is_a_compile_error_not_an_invalid_action():
+    """apollo.agent.actions.JSON_ERRORS and the malformed_tool_call rule name the same failures."""
+    from apollo.agent.actions import JSON_ERRORS, is_json_error, parse_action
+    from apollo.schema import Observation, Step
+    from apollo.supervision.symbolic import RuleSet
+
+    rules = RuleSet.load()
+    bad_json = parse_action('<tool_call>\n{"name": "open_file", "arguments": {"path" "x"}}\n</tool_call>')
+    bad_args = parse_action('<tool_call>\n{"name": "open_file", "arguments": "{path: x}"}\n</tool_call>')
+    no_call = parse_action("I will look at the file.")
+    for action, category in [(bad_json, "compile_error"), (bad_args, "compile_error"), (no_call, "invalid_action")]:
+        step = Step(index=0, assistant_text="x", action=action, observation=Observation(text="Invalid action: …"))
+        rule, _ = rules.first_match(step)
+        assert rule.category == category, (action.parse_error, rule.id)
+        assert is_json_error(action.parse_error) == (category == "compile_error")
+    assert [bad_json.parse_error.startswith(JSON_ERRORS[0]), bad_args.parse_error == JSON_ERRORS[1]] == [True, True]

@@ -22,6 +22,15 @@ def format_action(thought: str, tool: str, arguments: dict[str, Any]) -> str:
     return (f"{thought}\n" if thought else "") + f"<tool_call>\n{call}\n</tool_call>"
 
 
+# parse errors of a call whose JSON does not parse: a compile error of the agent's "code" (its JSON),
+# not a wrong choice of tool or arguments (the masks' ``malformed_tool_call`` rule matches these)
+JSON_ERRORS = ("tool call is not valid JSON", "'arguments' is a string that is not JSON")
+
+
+def is_json_error(parse_error: str | None) -> bool:
+    return bool(parse_error) and parse_error.startswith(JSON_ERRORS)
+
+
 def parse_action(text: str) -> Action:
     """Parse the first tool call of an assistant turn; never raises."""
     m = TOOL_CALL_RE.search(text)
@@ -40,7 +49,7 @@ def parse_action(text: str) -> Action:
         try:
             args = json.loads(args)
         except json.JSONDecodeError:
-            return Action(tool=obj["name"], parse_error="'arguments' is a string that is not JSON")
+            return Action(tool=obj["name"], parse_error=JSON_ERRORS[1])
     if not isinstance(args, dict):
         return Action(tool=obj["name"], parse_error="'arguments' must be an object")
     return Action(tool=obj["name"], arguments=args)

@@ -17,8 +17,8 @@ inefficient_inference  a command *runs* plain transformers generation (``--backe
                        script whose known code calls ``.generate``/``pipeline``, ``python -c``)
                        while vLLM is available (said by the task and not negated, or shown
                        installed; "vLLM is not installed" means unavailable)
-invalid_action         no well-formed tool call, empty response, unknown tool, missing /
-                       unknown / empty arguments
+invalid_action         no well-formed tool call (JSON that does not parse is a compile_error),
+                       empty response, unknown tool, missing / unknown / empty arguments
 performance_regression a workspace change after an eval, when the best score so far was
                        high (≥ ``regression_high_score``) and the next eval scores lower;
                        exploration from a low score is kept
@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     SERVER_RE,
@@ -263,6 +264,8 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
         if not s.assistant_text.strip():
             reason = "empty response"
         elif not a.valid:
+            if is_json_error(a.parse_error):
+                continue  # JSON that does not parse is a compile error (rules.yaml: malformed_tool_call)
             reason = f"no well-formed tool call: {a.parse_error or 'no tool name'}"
         elif a.tool not in known:
             reason = f"unknown tool {a.tool!r}"

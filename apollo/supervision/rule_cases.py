@@ -157,7 +157,7 @@ SCENARIOS: list[Scenario] = [
         R("Sparse reward learns little; add trap penalty, step cost, shaping.\n<tool_call>\n"
           '{"name": "edit_file", "arguments": {"path": "reward.py", "start_line": 7, "end_line": 10, '
           '"content": "GOAL_REWARD = 1.0\nTRAP_REWARD = -1.0"}}\n</tool_call>',
-          D("invalid_action", rule="invalid_action", note="raw newline inside a JSON string")),
+          D("compile_error", rule="malformed_tool_call", note="raw newline inside a JSON string")),
         A("Sparse reward learns little; add trap penalty, step cost, shaping.", "edit_file",
           {"path": "reward.py", "start_line": 7, "end_line": 10, "content": REWARD}, K, expect="Edited reward.py"),
         A("Start training in the background.", "run_command",
@@ -186,6 +186,12 @@ SCENARIOS: list[Scenario] = [
           D("explicit_failure", rule="refused_tool_call"), expect="Refused"),
         A("Look at the dev questions.", "open_file", {"path": "data/dev.jsonl", "line_start": 1, "line_end": 12}, K),
         A("Read the current scaffold config.", "open_file", {"path": "scaffold.json"}, K),
+        R('Open the config again.\n<tool_call>\n{"name": "open_file", "arguments": {"path" "scaffold.json"}}\n</tool_call>',
+          D("compile_error", rule="malformed_tool_call", note="the call's JSON does not parse")),
+        A("Route arithmetic to the calculator.", "edit_file",
+          {"path": "scaffold.json", "start_line": 2, "end_line": 2, "content": '  "routes": {"calculate": "calc" "count": "count"},'},
+          D("compile_error", rule="broken_json_edit", note="missing comma: scaffold.json no longer parses"),
+          expect="Now:\n1: {"),
         A("Route each kind to its tool; verify and retry flaky tools.", "edit_file",
           {"path": "scaffold.json", "start_line": 2, "end_line": 5, "content": ROUTES}, K),
         A("Check dev accuracy of the new scaffold.", "run_command", {"command": SCAFFOLD}, K, expect="accuracy="),

@@ -4,8 +4,10 @@ Pure functions over a :class:`~apollo.schema.Step`; the rules live in a YAML fil
 (``apollo/supervision/rules.yaml`` by default) so users add task- and tool-specific patterns
 without code. A masked action stays in the context of later actions but carries no loss.
 
-A rule: ``id``, ``category``, ``when`` (``action_invalid`` | ``refused`` | ``pattern``), ``reason``;
-for ``pattern`` a Python regex searched in the observation text, and optionally ``nonzero_exit``
+A rule: ``id``, ``category``, ``when`` (``action_invalid`` | ``refused`` | ``pattern`` | ``json_edit``:
+an edit that leaves a ``.json`` file unparsable, :func:`broken_json_edit`), ``reason``;
+for ``pattern`` a Python regex searched in the observation text (with ``action_invalid`` an
+optional one, searched in the parse error: which malformed calls the rule takes), and optionally ``nonzero_exit``
 (require an exit code other than 0), ``tools`` (only these tools), ``tasks`` (task-id globs) and
 ``domains`` (task domains). The first rule that matches decides "drop".
 
@@ -16,6 +18,7 @@ patterns — so a clean observation (the common case) costs a single regex searc
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,7 +30,10 @@ import yaml
 from apollo.schema import MaskDecision, Step
 
 DEFAULT_RULES = Path(__file__).with_name("rules.yaml")
-_WHEN = {"action_invalid", "refused", "pattern"}
+_WHEN = {"action_invalid", "refused", "pattern", "json_edit"}
+_EDIT_TOOLS = ("edit_file", "create_file")
+_ECHO_HEAD = re.compile(r"Edited \S+ lines \d+-\d+\. Now:\n")
+_ECHO_LINE = re.compile(r"(\d+): ?(.*)")
 _KEYS = {"id", "category", "when", "reason", "pattern", "nonzero_exit", "tools", "tasks", "domains"}
 
 
@@ -96,6 +102,11 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
         if r["when"] not in _WHEN:
             raise RulesError(f"{where}: field 'when' must be one of {sorted(_WHEN)}, got {r['when']!r}")
         pat = None
+        if r["when"] == "action_invalid" and "pattern" in r:
+            try:
+                pat = re.compile(r["pattern"])
+            except re.error as e:
+                raise RulesError(f"{where}: field 'pattern' is not a valid regex: {e}") from e
         if r["when"] == "pattern":
             if "pattern" not in r:
                 raise RulesError(f"{where}: field 'pattern' is required when when=pattern")
@@ -115,13 +126,50 @@ def match_rule(step: Step, rule: Rule) -> str | None:
     """The matched evidence (for the reason), or None. Scope filters are not checked here."""
     obs = step.observation
     if rule.when == "action_invalid":
-        return step.action.parse_error if not step.action.valid else None
+        err = step.action.parse_error if not step.action.valid else None
+        if err is None or rule.pattern is None:
+            return err
+        return err if rule.pattern.search(err) else None
     if rule.when == "refused":
         return obs.text[:80] if obs.refused else None
+    if rule.when == "json_edit":
+        return broken_json_edit(step)
     if rule.nonzero_exit and not obs.exit_code:
         return None
     m = rule.pattern.search(obs.text) if rule.pattern else None
     return m.group(0) if m else None
+
+
+def broken_json_edit(step: Step) -> str | None:
+    """The parse error of a ``.json`` file an edit leaves broken, or None.
+
+    ``create_file``: its content. ``edit_file``: the file as the tool echoed it ("Edited … Now:"
+    and numbered lines), judged only when the echo starts at line 1 and is not cut, and only on an
+    error before the echo's end (an echo can stop before the file does: an error at its end proves
+    nothing).
+    """
+    a, obs = step.action, step.observation
+    args = a.arguments if isinstance(a.arguments, dict) else {}
+    path = str(args.get("path", ""))
+    if not a.valid or a.tool not in _EDIT_TOOLS or not path.endswith(".json") or obs.error or obs.refused:
+        return None
+    if a.tool == "create_file":
+        text = str(args.get("content", ""))
+    else:
+        head = _ECHO_HEAD.match(obs.text)
+        if head is None or obs.truncated:
+            return None
+        lines = [_ECHO_LINE.fullmatch(ln) for ln in obs.text[head.end():].splitlines()]
+        if not lines or not all(lines) or lines[0].group(1) != "1":
+            return None
+        text = "\n".join(m.group(2) for m in lines)
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()):
+            return None
+        return f"{path} does not parse: {e.msg} (line {e.lineno})"
+    return None
 
 
 def _scoped_pattern(p: re.Pattern[str]) -> str:
@@ -192,7 +240,7 @@ class RuleSet:
         if plan is None:
             rules = [r for r in self.rules if (r.tools is None or tool in r.tools or error)
                      and not (r.nonzero_exit and not nonzero)]
-            pats = [r.pattern for r in rules if r.pattern is not None]
+            pats = [r.pattern for r in rules if r.pattern is not None and r.when == "pattern"]
             pre: Any = (None, None)
             usable = not any(re.search(r"\\[1-9]|\(\?P=", p.pattern) for p in pats)  # no backreferences
             if usable:
@@ -221,10 +269,13 @@ class RuleSet:
             text = obs.text
             text_hit = bool((start is not None and start.match(text)) or (body is not None and body.search(text)))
         invalid = action.tool is None or action.parse_error is not None
-        if not (text_hit or invalid or obs.refused):
+        edit = action.tool in _EDIT_TOOLS
+        if not (text_hit or invalid or obs.refused or edit):
             return None
         for rule in rules:
             if rule.when == "pattern" and not text_hit:
+                continue
+            if rule.when == "json_edit" and not edit:
                 continue
             if not rule.applies(tool, task_id, domain, error):
                 continue
