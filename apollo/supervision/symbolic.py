@@ -269,7 +269,7 @@ class RuleSet:
             text = obs.text
             text_hit = bool((start is not None and start.match(text)) or (body is not None and body.search(text)))
         invalid = action.tool is None or action.parse_error is not None
-        edit = action.tool in _EDIT_TOOLS
+        edit = action.tool in _EDIT_TOOLS and str((action.arguments or {}).get("path", "")).endswith(".json")
         if not (text_hit or invalid or obs.refused or edit):
             return None
         for rule in rules:
