@@ -226,3 +226,38 @@ def test_params_refuse_unknown_keys_and_variants_overlay():
     del p["appo"]["gamma"]
     with pytest.raises(ValueError, match=r"missing key\(s\) \['gamma'\]"):
         AppoConfig.from_params(p, "appo")
+
+
+def test_stage_runs_two_iterations_and_logs_them_to_mlflow(model_dir, tmp_path, monkeypatch):
+    """The rl stage function end to end (2 iterations, one task, the micro model as base policy):
+    the policy where evaluate@<variant>-<seed> reads it, one MLflow step per iteration."""
+    import shutil
+
+    from apollo.config import Paths
+    from apollo.stages import rl
+    from apollo.tracking import stage_run
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    shutil.copytree(model_dir, tmp_path / "data" / "models" / "base")
+    params = copy.deepcopy(PARAMS)
+    params["seed"] = 0
+    params["appo"].update(iterations=2, tasks_per_iteration=1, n_init=2, n_branch=2, max_steps=2, max_new_tokens=8,
+                          tasks=[t.task_id for t in list_tasks(split="train")[:3]])
+    paths = Paths(tmp_path).cell(0, "guided", "appo_no_future")
+    with stage_run("rl@appo_no_future-0", root=tmp_path) as tracker:
+        summary = rl.run(params, tracker, paths, "appo_no_future")
+    assert summary["appo.iterations"] == 2
+    out = tmp_path / "data" / "models" / "appo_no_future" / "s0"
+    assert (out / "model.safetensors").exists() and json.loads((out / "appo_stats.json").read_text()) == summary
+    hist = json.loads((out / "appo_history.json").read_text())
+    assert [h["iteration"] for h in hist] == [1, 2] and all(h["branches"] == 2 for h in hist)
+    assert all(h["prefill_tokens_saved"] > 0 for h in hist)  # branches reuse their parent's prefill
+    assert not (tmp_path / "data" / "checkpoints" / "appo_no_future" / "s0").exists()
+    client = tracker.client
+    for key in ("appo.reward.mean", "appo.reward.std", "appo.adv.token_abs_mean", "appo.branches",
+                "appo.prefill_tokens_saved", "appo.entropy.mean", "appo.seconds"):
+        assert sorted(m.step for m in client.get_metric_history(tracker.run_id, key)) == [1, 2], key
+    assert client.get_run(tracker.run_id).data.metrics["appo.iterations"] == 2
+    # a variant whose method is not appo is refused before anything runs
+    with pytest.raises(ValueError, match="policy is 'sft', not 'appo'"):
+        rl.run(params, None, paths, "full")
