@@ -55,8 +55,12 @@ def appo_iteration(root: str, variant: str, seed: int, iteration: int, run_id: s
 
 @flow(name="apollo-appo", log_prints=True, persist_result=True)
 def appo_rl(variant: str = "appo", seed: int = 0, root: str | None = None, wait_s: float = 0.0,
-            stage_timeout_s: float = DEFAULT_TIMEOUT_S, parent_run_id: str | None = None) -> dict[str, Any]:
-    """The cell ``rl@<variant>-<seed>``: a task per iteration, the last through DVC; returns the stage result."""
+            stage_timeout_s: float = DEFAULT_TIMEOUT_S, parent_run_id: str | None = None,
+            lock: bool = True) -> dict[str, Any]:
+    """The cell ``rl@<variant>-<seed>``: a task per iteration, the last through DVC; returns the stage
+    result. ``lock=False`` when the calling flow already holds the workspace lock (a subflow)."""
+    from contextlib import nullcontext
+
     from apollo.rlloop.appo import AppoConfig
     from apollo.stages.rl import check_variant
     from apollo.tracking import stage_run, tracking_uri
@@ -67,7 +71,7 @@ def appo_rl(variant: str = "appo", seed: int = 0, root: str | None = None, wait_
     check_variant(params, variant, "appo")
     n = AppoConfig.from_params(params, variant).iterations
     parent = parent_run_id or os.environ.get("APOLLO_PARENT_RUN_ID")
-    with workspace_lock(root_path, wait_s):
+    with workspace_lock(root_path, wait_s) if lock else nullcontext():
         with stage_run(f"rl@{variant}-{seed}/iterations", parent_run_id=parent, root=root_path,
                        tags={"variant": variant, "seed": seed, "dvc_stage": f"rl@{variant}-{seed}"}) as run:
             for k in range(1, n):

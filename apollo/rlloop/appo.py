@@ -399,7 +399,6 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
                 stats = train(model, rows, replace(tcfg, seed=seed * 1000 + it), objective=objective,
                               engine=opt_engine)
                 hist = stats["history"]
-                tok = [h.get("trained_tokens", 0) for h in hist]
                 metrics["update.steps"] = stats["steps"]
                 metrics["update.loss"] = float(stats["final_loss"])
                 metrics["update.trained_tokens"] = stats["trained_tokens"]
@@ -408,7 +407,6 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
                     vals = [h[f"obj.{k}"] for h in hist if f"obj.{k}" in h]
                     if vals:
                         metrics[f"update.{k}"] = float(mean(vals))
-                del tok
             else:
                 log.info("appo iteration %d: every advantage is 0 (equal rewards within each group): no update", it)
                 metrics["update.steps"] = 0
