@@ -285,7 +285,11 @@ def rollout_stats(trajs: list[Trajectory], engine_stats: dict[str, int]) -> dict
     r_init = [(t.final_score or 0.0) / 100 for t in inits]
     r_br = [(t.final_score or 0.0) / 100 for t in branches]
     ents = [e for t in inits for s in t.steps if s.tokens and s.tokens.entropies for e in s.tokens.entropies]
+    per_task: dict[str, list[float]] = {}
+    for t in inits:
+        per_task.setdefault(t.task_id, []).append((t.final_score or 0.0) / 100)
     return {
+        **{f"reward.task.{k}": mean(v) for k, v in sorted(per_task.items())},
         "reward.mean": mean(r_init) if r_init else 0.0,
         "reward.std": pstdev(r_init) if len(r_init) > 1 else 0.0,
         "reward.branch_mean": mean(r_br) if r_br else 0.0,
