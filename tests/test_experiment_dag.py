@@ -14,6 +14,7 @@ from apollo.experiment.variants import VariantTableError, cells, check_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+APPO = ["appo", "appo_no_future", "appo_single_group", "appo_entropy_only"]
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,13 @@ def test_each_variant_differs_from_full_where_the_paper_says(dag):
     assert f"rollout@unguided-{seed}" in no_human and f"mask@unguided-{seed}" in no_human
     assert PARAMS["experiment"]["variants"]["no_human"] == {**PARAMS["experiment"]["variants"]["full"],
                                                             "rollouts": "unguided"}
+    # the APPO variants: an rl stage from the base policy, then its evaluation; nothing shared with full
+    for v in APPO:
+        chain = _cell_chain(dag, f"evaluate@{v}-{seed}")
+        assert chain == {f"rl@{v}-{seed}", f"evaluate@{v}-{seed}"}
+        assert dag[f"rl@{v}-{seed}"][1] == ["appo", f"experiment.variants.{v}"]
+        assert dag[f"rl@{v}-{seed}"][2] == ["data/models/base", "data/suite"]
+        assert dag[f"evaluate@{v}-{seed}"][1] == ["evaluate"]
     # untrained: the base policy, nothing trained
     up, params, data = dag[f"evaluate_untrained@{seed}"]
     assert up == {"suite", "bootstrap"} and data == ["data/models/base", "data/suite"]
@@ -86,13 +94,13 @@ def test_cells_depend_only_on_their_own_seed(dag):
 
 def test_the_table_guards_the_lists_dvc_reads():
     table = check_table(PARAMS)
-    assert list(table) == ["untrained", "full", "no_mask", "no_human"]
+    assert list(table) == ["untrained", "full", "no_mask", "no_human", *APPO]
     bad = copy.deepcopy(PARAMS)
-    bad["experiment"]["variants"]["appo"] = {"policy": "rl"}  # a new method: the evaluate list must name it
-    with pytest.raises(VariantTableError, match=r"experiment.evaluated .* gives \['full', 'no_mask', 'no_human', 'appo'\]"):
+    bad["experiment"]["variants"]["sao"] = {"policy": "sao"}  # a new method: the evaluate list must name it
+    with pytest.raises(VariantTableError, match=r"experiment.evaluated .* gives \[.*'appo_entropy_only', 'sao'\]"):
         check_table(bad)
-    bad["experiment"]["evaluated"].append("appo")
-    assert check_table(bad)["appo"].trained
+    bad["experiment"]["evaluated"].append("sao")
+    assert check_table(bad)["sao"].trained
     bad = copy.deepcopy(PARAMS)
     bad["experiment"]["variants"]["full"]["rollouts"] = "sometimes"
     with pytest.raises(VariantTableError, match=r"experiment.variants.full.rollouts: 'sometimes'"):
