@@ -13,7 +13,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run experiment test ui repro clean-data bench serve chromium bubblewrap
+.PHONY: install run experiment experiment-appo experiment-all test ui repro clean-data bench serve chromium bubblewrap
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -35,8 +35,17 @@ install: $(STAMP)
 run: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline --variants untrained full --seeds 0
 
-# every variant x seed of params.yaml `experiment` (resumable: DVC skips finished cells)
+# the Apollo ablation (the paper's four variants) x the seeds of params.yaml `experiment`, its table
+# in data/run/ (resumable: DVC skips finished cells); experiment-appo: APPO and its three ablations
+# against the base policy; experiment-all: every cell of the table and the DVC `experiment` stage
+# (data/experiment/). README "Experiments".
 experiment: $(STAMP) bubblewrap
+	$(PY) -m flows.pipeline --variants untrained full no_mask no_human
+
+experiment-appo: $(STAMP) bubblewrap
+	$(PY) -m flows.pipeline --variants untrained appo appo_no_future appo_single_group appo_entropy_only
+
+experiment-all: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline
 
 # headless browser for the annotator-UI tests: Debian's chromium (never a downloaded browser)

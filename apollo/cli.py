@@ -30,9 +30,14 @@ class CliError(Exception):
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from apollo.stages import run_stage
+    if args.name == "rl":  # an RL method's iterations (apollo.stages.rl): resumable, --iterations stops early
+        from apollo.stages.rl import run_cell
 
-    metrics = run_stage(args.name, variant=args.variant, seed=args.seed, rollouts=args.rollouts)
+        metrics = run_cell(args.method, args.variant or args.method, args.seed, iterations=args.iterations)
+    else:
+        from apollo.stages import run_stage
+
+        metrics = run_stage(args.name, variant=args.variant, seed=args.seed, rollouts=args.rollouts)
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(json.dumps(shown, indent=1, default=str)[:4000])
     return 0
@@ -204,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=None, help="an experiment cell's seed (its own data paths)")
     s.add_argument("--rollouts", choices=["guided", "unguided"], default=None,
                    help="rollout/guidance/mask of an experiment cell: with or without the annotator")
+    s.add_argument("--method", choices=["appo"], default="appo", help="rl: the RL method")
+    s.add_argument("--iterations", type=int, default=None,
+                   help="rl: stop after this iteration (the checkpoint keeps the rest for the next call)")
     s.set_defaults(fn=cmd_stage)
     b = sub.add_parser("bench", help="benchmark tasks")
     bsub = b.add_subparsers(dest="bench_cmd", required=True)

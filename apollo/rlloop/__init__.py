@@ -8,7 +8,7 @@ the next policy.
   inside the loss, dual-clip PPO, optional k3 KL to the reference policy)
 - :mod:`~apollo.rlloop.appo`: the APPO iteration (tree rollouts, dual-group + branch credit,
   update, weight update, checkpoint/resume)
-- ``python -m apollo.rlloop stage rl --method appo --variant V --seed S``: the ``rl@`` DVC stage
+- ``python -m apollo stage rl --method appo --variant V --seed S``: the ``rl@`` DVC stage
 
 This package is separate from :mod:`apollo.rl` (pure functions with a fixed API) because it does
 I/O and runs episodes; it never imports Prefect.

@@ -21,7 +21,7 @@ from apollo.tracking import stage_run
 
 log = logging.getLogger(__name__)
 
-STAGES = ("suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "experiment")
+STAGES = ("suite", "bootstrap", "rollout", "guidance", "mask", "build", "train", "evaluate", "rl", "experiment")
 CELL_PATH_STAGES = ("rollout", "guidance", "mask", "build")  # their cell is in ``paths`` (no variant argument)
 
 

@@ -9,7 +9,7 @@ and the variant is listed in ``experiment.<method>`` (the ``rl`` matrix of ``dvc
 finished iteration. MLflow: one metric per iteration (``appo.reward.mean`` …, step = iteration),
 the summary (``appo.reward_slope`` …), the policy registered as ``apollo-policy-<variant>``.
 
-Run: ``python -m apollo.rlloop stage rl --method appo --variant appo --seed 0`` (what ``dvc.yaml``
+Run: ``python -m apollo stage rl --method appo --variant appo --seed 0`` (what ``dvc.yaml``
 runs), through :func:`apollo.stages.run_stage` (params guard, MLflow child run, provenance tags).
 """
 
