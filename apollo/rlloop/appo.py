@@ -83,6 +83,7 @@ class AppoConfig:
     max_output_chars: int
     concurrency: int  # episodes in flight per task
     prefix_cache_tokens: int  # hf engine: prefix KV cache (branches reuse their parent's prefill)
+    max_batch: int  # hf engine: concurrent calls decoded together (apollo.engines.hf_batch; 1: each alone)
     keep_checkpoints: int
     train: dict[str, Any]  # the loop fields of apollo.train.config.TrainConfig (all of them)
     server: dict[str, Any] = field(default_factory=dict)  # engine vllm_server: as rollout.server
@@ -358,7 +359,8 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
         engine = served.__enter__()
     else:
         engine = HFEngine(policy_dir, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, model=model,
-                          tokenizer=tokenizer, prefix_cache_tokens=cfg.prefix_cache_tokens, policy_version=start_it)
+                          tokenizer=tokenizer, prefix_cache_tokens=cfg.prefix_cache_tokens, policy_version=start_it,
+                          max_batch=cfg.max_batch)
     scorer: Any = HFPolicyScorer(model, tokenizer, temperature=cfg.temperature)
     if cfg.entropy_only:
         scorer = EntropyOnlyScorer(scorer, cfg.gamma)
