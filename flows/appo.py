@@ -61,7 +61,7 @@ def appo_rl(variant: str = "appo", seed: int = 0, root: str | None = None, wait_
     result. ``lock=False`` when the calling flow already holds the workspace lock (a subflow)."""
     from contextlib import nullcontext
 
-    from apollo.rlloop.appo import AppoConfig
+    from apollo.rl.appo_loop import AppoConfig
     from apollo.stages.rl import check_variant
     from apollo.tracking import stage_run, tracking_uri
 

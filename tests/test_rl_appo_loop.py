@@ -18,10 +18,10 @@ from apollo.env.tasks import list_tasks
 from apollo.models.tiny import make_config, make_model, train_tokenizer
 from apollo.rl.losses import dual_clip_ppo_loss
 from apollo.rl.tree import response_tokens, tree_rollout
-from apollo.rlloop import appo as appo_mod
-from apollo.rlloop.appo import AppoConfig, IterationCheckpoints, appo_token_advantages, run_appo
-from apollo.rlloop.objective import AppoObjective, k3_kl
-from apollo.rlloop.rows import step_segments, trajectory_rows
+from apollo.rl import appo_loop as appo_mod
+from apollo.rl.appo_loop import AppoConfig, IterationCheckpoints, appo_token_advantages, run_appo
+from apollo.rl.appo_objective import AppoObjective, k3_kl
+from apollo.rl.rows import step_segments, trajectory_rows
 from apollo.train.objectives import TokenOutputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +173,7 @@ def test_an_update_on_tree_rows_raises_positive_advantage_tokens(tree, model_dir
     """The rows of a hand-rewarded tree through the one loop with the APPO objective."""
     from transformers import AutoModelForCausalLM
 
-    from apollo.rlloop.appo import row_logprobs
+    from apollo.rl.appo_loop import row_logprobs
     from apollo.train.config import loop_config
     from apollo.train.loop import train
 

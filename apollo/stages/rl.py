@@ -1,7 +1,7 @@
 """RL stage (``rl@<variant>-<seed>``): a policy trained by an RL method from the base policy →
 ``data/models/<variant>/s<seed>`` (evaluated by ``evaluate@<variant>-<seed>`` like any trained variant).
 
-Methods: ``appo`` (:mod:`apollo.rlloop.appo`; params ``appo``, a variant's overrides in
+Methods: ``appo`` (:mod:`apollo.rl.appo_loop`; params ``appo``, a variant's overrides in
 ``appo.variants.<variant>``). The variant's row in ``experiment.variants`` is ``{policy: <method>}``
 and the variant is listed in ``experiment.<method>`` (the ``rl`` matrix of ``dvc.yaml``) and in
 ``experiment.evaluated``. Per-iteration checkpoints go to ``data/checkpoints/<variant>/s<seed>/``
@@ -46,7 +46,7 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
         method: str = "appo", iterations: int | None = None) -> dict[str, Any]:
     """Run (or resume) the method's iterations; ``iterations`` stops after that many (Prefect: one
     task per iteration). Returns the summary metrics."""
-    from apollo.rlloop.appo import AppoConfig, run_appo
+    from apollo.rl.appo_loop import AppoConfig, run_appo
 
     if method not in METHODS:
         raise ValueError(f"rl: unknown method {method!r} (known: {', '.join(METHODS)})")

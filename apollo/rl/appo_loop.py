@@ -9,10 +9,10 @@ One iteration, from the current policy ``π_k``:
    (GRPO within (task, init|branch); ``single_group``: one group per task), then
    :func:`~apollo.rl.appo.branch_credit` onto the initial episodes' tokens (branch rows are not
    trained);
-3. **rows** (:mod:`apollo.rlloop.rows`): the sampled tokens with their advantages and rollout
+3. **rows** (:mod:`apollo.rl.rows`): the sampled tokens with their advantages and rollout
    logprobs; trajectories whose tokens all have advantage 0 carry no signal and are left out;
 4. **one update** with the one loop (:func:`apollo.train.loop.train`) and the APPO objective
-   (:class:`~apollo.rlloop.objective.AppoObjective`: future-aware advantage inside the loss,
+   (:class:`~apollo.rl.appo_objective.AppoObjective`: future-aware advantage inside the loss,
    dual-clip PPO, optional k3 KL to the reference policy). The optimizer (AdamW, torch engine)
    lives across iterations;
 5. the updated weights become ``π_{k+1}``: the in-process ``hf`` engine shares the trained model
@@ -323,8 +323,8 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
     from apollo.engines.hf import HFEngine
     from apollo.models.bootstrap import _save_atomic
     from apollo.rl.tree import HFPolicyScorer, atree_rollout
-    from apollo.rlloop.objective import AppoObjective
-    from apollo.rlloop.rows import trajectory_rows
+    from apollo.rl.appo_objective import AppoObjective
+    from apollo.rl.rows import trajectory_rows
     from apollo.schema import atomic_write_text
     from apollo.train.config import loop_config
     from apollo.train.engine import TorchEngine
