@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from apollo.env.sanity import make_tasks  # noqa: E402
-from apollo.rl.sao_loop import LoopConfig, run_loop  # noqa: E402
+from apollo.env.sanity import make_tasks
+from apollo.rl.sao_loop import LoopConfig, run_loop
 
 
 def load_policy(path: str):

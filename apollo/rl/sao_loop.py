@@ -69,7 +69,7 @@ class LoopConfig:
     buffer_capacity: int = 16  # groups waiting in the buffer
     actor_lr: float = 1e-6
     critic_lr: float = 5e-6
-    critic_updates: int = 2  # K
+    critic_updates: int = 2  # K (≥ 1)
     critic_warmup_steps: int = 10
     eps_low: float = 0.3
     eps_high: float = 5.0
@@ -90,6 +90,8 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"sao.mode: {self.mode!r} is not one of {MODES}")
+        if self.critic_updates < 1:
+            raise ValueError(f"sao.critic_updates must be ≥ 1, got {self.critic_updates}")
         if self.mode != "sao" and self.batch_size % self.group_size:
             raise ValueError(f"sao.batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})")
 
@@ -179,15 +181,15 @@ class Learner:
             last = am.shape[1] - 1 - torch.flip(am.int(), [1]).argmax(1)  # last action token per row
             rew = torch.zeros(am.shape, dtype=torch.float32)
             rew[torch.arange(len(rollouts)), last] = rewards_seq
-            with torch.no_grad():
-                v_old = self.critic(b["input_ids"], b["attention_mask"], b["position_ids"])
-            _, returns = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=1.0)
-            lam = policy_lambda(am.sum(1).float(), alpha=cfg.lambda_alpha)
-            adv, _ = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=lam)
-            stats["explained_variance"] = explained_variance(v_old, returns, am)
             vl = []
-            for _ in range(cfg.critic_updates):
+            for k in range(cfg.critic_updates):
                 v = self.critic(b["input_ids"], b["attention_mask"], b["position_ids"])
+                if k == 0:  # the first pass's values (before any critic step) give returns and advantages
+                    v_old = v.detach()
+                    _, returns = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=1.0)
+                    lam = policy_lambda(am.sum(1).float(), alpha=cfg.lambda_alpha)
+                    adv, _ = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=lam)
+                    stats["explained_variance"] = explained_variance(v_old, returns, am)
                 loss_v = value_loss(v, returns, am)
                 self.critic_engine.backward(loss_v)
                 self.critic_engine.step()
