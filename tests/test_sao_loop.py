@@ -4,6 +4,7 @@ countdown sanity environment (apollo.env.sanity), on a micro model built here.""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -160,6 +161,9 @@ def test_value_model_freezes_attention_only(model):
     v = critic(torch.tensor([[1, 2, 3, 4]]))
     assert v.shape == (1, 4) and float(v[0, 0].detach()) == 0.0
     assert explained_variance(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]), torch.ones(1, 2)) == 1.0
+    assert explained_variance(torch.tensor([[0.0, 1.0]]), torch.tensor([[1.0, 3.0]]), torch.ones(1, 2)) == 0.75
+    const = torch.tensor([[0.1, 0.1 + 1e-9]])  # constant up to rounding: undefined, not −1e13
+    assert math.isnan(explained_variance(torch.tensor([[0.5, 0.0]]), const, torch.ones(1, 2)))
 
 
 def test_critic_warmup_freezes_the_actor(model, tok):

@@ -87,14 +87,17 @@ def plot(histories: dict[str, list[dict[str, float]]], path: Path) -> None:
     fig, axes = plt.subplots(2, 4, figsize=(18, 7))
     for ax, k in zip(axes.flat, CURVES):
         for mode, h in histories.items():
-            xs = [r["step"] for r in h if k in r]
-            ys = [r[k] for r in h if k in r]
+            rows = [r for r in h if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            xs = [r["step"] for r in rows]
+            ys = [r[k] for r in rows]
             if not xs:
                 continue
             win = max(1, len(ys) // 40)  # a light moving average; the raw curve faint underneath
             smooth = [statistics.fmean(ys[max(0, i - win + 1): i + 1]) for i in range(len(ys))]
             (line,) = ax.plot(xs, smooth, label=mode)
             ax.plot(xs, ys, color=line.get_color(), alpha=0.2, linewidth=0.5)
+        if k == "explained_variance":  # near-constant returns of a small batch give huge negative values
+            ax.set_ylim(-1.05, 1.05)
         ax.set_title(k)
         ax.set_xlabel("update")
     axes.flat[0].legend()

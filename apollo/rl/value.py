@@ -49,12 +49,12 @@ def value_loss(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
 
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
-    """``1 − Var(returns − values) / Var(returns)`` over the mask (nan when the returns are constant)."""
+    """``1 − Var(returns − values) / Var(returns)`` over the mask (nan when the returns are constant, rounding included)."""
     m = as_bool(mask)
     r, v = returns.detach()[m].double(), values.detach()[m].double()
     if r.numel() < 2:
         return float("nan")
     var = r.var(unbiased=False)
-    if float(var) == 0.0:
+    if float(var) <= 1e-10 * max(1.0, float(r.abs().max()) ** 2):  # constant returns (up to rounding): undefined
         return float("nan")
     return float(1.0 - (r - v).var(unbiased=False) / var)
