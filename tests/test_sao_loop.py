@@ -115,10 +115,10 @@ def _fake(rid: str, version: int) -> Rollout:
 
 def test_buffer_drops_stale_groups_and_returns_fresh_ones():
     buf = RolloutBuffer(capacity=10, max_staleness=2, path=None)
-    for i, v in enumerate([0, 1, 3, 4]):
+    for i, v in enumerate([0, 3, 1, 4]):
         assert buf.put([_fake(f"r{i}", v)])
     got = buf.take(2, version=4)
-    assert [g[0].rollout_id for g in got] == ["r2", "r3"]  # r0 (4 behind) and r1 (3 behind) dropped
+    assert [g[0].rollout_id for g in got] == ["r1", "r3"]  # r0 (4 behind) and r2 (3 behind) dropped
     assert buf.dropped == 2 and len(buf) == 0
     assert buf.take(1, version=4, timeout=0.05) is None
     with pytest.raises(ValueError):

@@ -227,10 +227,15 @@ class RolloutBuffer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
-                while self._groups and version - min(r.version for r in self._groups[0]) > self.max_staleness:
-                    g = self._groups.popleft()
-                    self.dropped += len(g)
-                    self._consumed(g)
+                if any(self._stale(g, version) for g in self._groups):
+                    fresh = deque()
+                    for g in self._groups:
+                        if self._stale(g, version):
+                            self.dropped += len(g)
+                            self._consumed(g)
+                        else:
+                            fresh.append(g)
+                    self._groups = fresh
                 if sum(len(g) for g in self._groups) >= n:
                     out, k = [], 0
                     while k < n:
@@ -246,6 +251,9 @@ class RolloutBuffer:
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(left)
+
+    def _stale(self, group: list[Rollout], version: int) -> bool:
+        return version - min(r.version for r in group) > self.max_staleness
 
     def _consumed(self, group: list[Rollout]) -> None:
         if self.path is not None:
