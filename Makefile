@@ -13,7 +13,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run experiment experiment-appo experiment-all test ui repro clean-data bench serve chromium bubblewrap
+.PHONY: install run experiment experiment-appo experiment-all test ui repro clean-data bench serve chromium bubblewrap stability
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -67,6 +67,11 @@ repro: $(STAMP) bubblewrap
 
 bench: $(STAMP) bubblewrap
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# SAO stability: asynchronous SAO next to asynchronous GRPO on the countdown sanity environment
+# (params.yaml sao.stability; STEPS=… overrides its steps). Curves in MLflow and data/rl/stability/.
+stability: $(STAMP)
+	$(PY) -m apollo.rl.sao_stability $(if $(STEPS),--steps $(STEPS),)
 
 ui: $(STAMP)
 	@echo "MLflow UI on http://127.0.0.1:5000, Prefect UI on http://127.0.0.1:4200 (Ctrl-C stops both)"

@@ -1,0 +1,402 @@
+"""The asynchronous RL loop of SAO (arXiv 2607.07508) and its GRPO baselines, one switch apart.
+
+``mode`` (params ``sao.mode``):
+
+- ``sao``: one rollout per prompt; rollout workers run continuously with the served policy
+  (:class:`~apollo.rl.sao_rollout.PolicyServer`) and put finished episodes into a bounded buffer
+  with a maximum staleness (:class:`~apollo.rl.sao_rollout.RolloutBuffer`); the learner updates as
+  soon as ``batch_size`` rollouts are there and publishes the new weights to the workers. Advantages
+  come from a separate value model (:class:`~apollo.rl.value.ValueModel`, attention frozen) through
+  :func:`~apollo.rl.sao.skip_observation_gae` (reward on the last action token; critic λ = 1, policy
+  λ = :func:`~apollo.rl.sao.policy_lambda` of the trajectory's action tokens); ``critic_updates``
+  (K = 2) critic steps per policy step; during the first ``critic_warmup_steps`` only the critic
+  learns (the actor is frozen and no weights are published). Policy loss: ``sao`` (the strict
+  double-sided importance mask).
+- ``grpo_async``: the same workers, buffer and staleness; G = ``group_size`` rollouts per prompt,
+  GRPO advantages, dual-clip PPO against the rollout logprobs (no SAO mask, no critic).
+- ``grpo_sync``: G rollouts per prompt for ``batch_size / G`` prompts, run by the same number of
+  workers, the learner waits for all of them, trains, publishes; the workers idle meanwhile.
+
+The policy step is the one trainer's (:mod:`apollo.train`): its batch layout, token log-probs (:func:`~apollo.train.objectives.token_logprobs`),
+policy-gradient objective over :mod:`apollo.rl.losses` and its optimizer engine
+(:class:`~apollo.train.engine.TorchEngine`).
+
+Logged per step: reward, entropy (of the rollout's sampling distributions), grad norm, policy loss,
+masked-token fraction, value loss, explained variance, staleness per trajectory (mean, max) and per
+token (mean, max), dropped-as-stale rollouts, trained samples/s.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from apollo.env.sanity import CountdownTask
+from apollo.rl.losses import grpo_advantages, token_advantages
+from apollo.rl.sao import policy_lambda, skip_observation_gae
+from apollo.rl.sao_rollout import PolicyServer, Rollout, RolloutBuffer, run_episode
+from apollo.rl.value import ValueModel, explained_variance, value_loss
+from apollo.train.batching import IGNORE_INDEX
+from apollo.train.config import TrainConfig
+from apollo.train.engine import TorchEngine
+from apollo.train.objectives import PolicyGradientObjective, token_logprobs
+
+log = logging.getLogger(__name__)
+MODES = ("sao", "grpo_async", "grpo_sync")
+
+
+@dataclass
+class LoopConfig:
+    """Params section ``sao`` (every field; unknown keys are refused by :func:`loop_config`)."""
+
+    mode: str = "sao"
+    steps: int = 100  # policy updates (the critic warm-up steps count)
+    batch_size: int = 8  # rollouts per update
+    group_size: int = 4  # GRPO's G (SAO uses 1 whatever this says)
+    workers: int = 4  # rollout workers (episodes in flight)
+    max_staleness: int = 4  # policy versions; staler rollouts are dropped
+    buffer_capacity: int = 16  # groups waiting in the buffer
+    actor_lr: float = 1e-6
+    critic_lr: float = 5e-6
+    critic_updates: int = 2  # K (≥ 1)
+    critic_warmup_steps: int = 10
+    eps_low: float = 0.3
+    eps_high: float = 5.0
+    clip_low: float = 0.2  # GRPO's dual-clip PPO
+    clip_high: float = 0.28
+    clip_c: float = 3.0
+    lambda_alpha: float = 1.5
+    gamma: float = 1.0
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    max_new_tokens: int = 32
+    max_turns: int = 3
+    n_tasks: int = 64
+    seed: int = 0
+    latency: dict[str, Any] = field(default_factory=lambda: {"dist": "none"})
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"sao.mode: {self.mode!r} is not one of {MODES}")
+        if self.critic_updates < 1:
+            raise ValueError(f"sao.critic_updates must be ≥ 1, got {self.critic_updates}")
+        if self.mode != "sao" and self.batch_size % self.group_size:
+            raise ValueError(f"sao.batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})")
+
+    @property
+    def group(self) -> int:
+        return 1 if self.mode == "sao" else self.group_size
+
+
+def loop_config(section: Mapping[str, Any], **overrides: Any) -> LoopConfig:
+    known = {f.name for f in fields(LoopConfig)}
+    merged = {**dict(section), **overrides}
+    bad = sorted(set(merged) - known)
+    if bad:
+        raise ValueError(f"params.yaml: sao: unknown keys {bad}; known: {sorted(known)}")
+    return LoopConfig(**merged)
+
+
+def make_latency(spec: Mapping[str, Any], seed: int) -> Callable[[], float] | None:
+    """Seconds per tool call: ``{"dist": "none"}``, ``{"dist": "pareto", "scale": s, "shape": a, "cap": c}``
+    (long-tailed: ``s·(Pareto(a))``, capped) or ``{"dist": "fixed", "seconds": s}``."""
+    kind = spec.get("dist", "none")
+    rng = random.Random(seed)
+    if kind == "none":
+        return None
+    if kind == "fixed":
+        s = float(spec["seconds"])
+        return lambda: s
+    if kind == "pareto":
+        scale, shape, cap = float(spec["scale"]), float(spec["shape"]), float(spec.get("cap", 1e9))
+        return lambda: min(cap, scale * rng.paretovariate(shape))
+    raise ValueError(f"sao.latency.dist: unknown {kind!r} (none, fixed, pareto)")
+
+
+class Learner:
+    """The trainer side: the policy (trained in place), the critic (SAO) and their optimizer engines."""
+
+    def __init__(self, model: torch.nn.Module, cfg: LoopConfig):
+        self.cfg = cfg
+        self.model = model
+        self.step = 0  # updates done (warm-up included)
+        self.version = 0  # policy versions published
+        self.engine = TorchEngine(model, _train_cfg(cfg.actor_lr, cfg), cfg.steps)
+        if cfg.mode == "sao":
+            self.critic: ValueModel | None = ValueModel(model)
+            self.critic_engine: TorchEngine | None = TorchEngine(self.critic, _train_cfg(cfg.critic_lr, cfg),
+                                                                 cfg.steps * cfg.critic_updates)
+            self.objective = PolicyGradientObjective("sao", {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high})
+        else:
+            self.critic = self.critic_engine = None
+            self.objective = PolicyGradientObjective(
+                "dual_clip_ppo", {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high, "clip_c": cfg.clip_c})
+        self.pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+
+    @property
+    def actor_frozen(self) -> bool:
+        return self.critic is not None and self.step < self.cfg.critic_warmup_steps
+
+    def batch(self, rollouts: Sequence[Rollout]) -> dict[str, Any]:
+        """The trainer's batch layout (:func:`~apollo.train.batching.collate`: ``input_ids``, ``labels``
+        = the action tokens, ``position_ids``, per-token ``rollout_logprobs``), one rollout per row,
+        right-padded without an attention mask: under causal attention a real token never sees the
+        padding after it, and the plain causal kernel is several times faster than a dense mask."""
+        width = max(len(r.input_ids) for r in rollouts)
+        b = len(rollouts)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        labels = torch.full((b, width), IGNORE_INDEX, dtype=torch.long)
+        lps = torch.zeros((b, width), dtype=torch.float32)
+        for i, r in enumerate(rollouts):
+            n = len(r.input_ids)
+            ids[i, :n] = torch.tensor(r.input_ids)
+            m = torch.tensor(r.action_mask, dtype=torch.bool)
+            labels[i, :n] = torch.where(m, ids[i, :n], IGNORE_INDEX)
+            lps[i, :n] = torch.tensor(r.logprobs, dtype=torch.float32)
+        labels[:, 0] = IGNORE_INDEX
+        pos = torch.arange(width).expand(b, width).contiguous()
+        return {"input_ids": ids, "labels": labels, "position_ids": pos, "attention_mask": None,
+                "rollout_logprobs": lps}
+
+    def update(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
+        """One policy update (or, during warm-up, critic updates only) on ``rollouts``; returns stats."""
+        cfg = self.cfg
+        b = self.batch(rollouts)
+        am = b["labels"] != IGNORE_INDEX
+        rewards_seq = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
+        stats: dict[str, float] = {}
+        if self.critic is not None:
+            last = am.shape[1] - 1 - torch.flip(am.int(), [1]).argmax(1)  # last action token per row
+            rew = torch.zeros(am.shape, dtype=torch.float32)
+            rew[torch.arange(len(rollouts)), last] = rewards_seq
+            vl = []
+            for k in range(cfg.critic_updates):
+                v = self.critic(b["input_ids"], b["attention_mask"], b["position_ids"])
+                if k == 0:  # the first pass's values (before any critic step) give returns and advantages
+                    v_old = v.detach()
+                    _, returns = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=1.0)
+                    lam = policy_lambda(am.sum(1).float(), alpha=cfg.lambda_alpha)
+                    adv, _ = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=lam)
+                    stats["explained_variance"] = explained_variance(v_old, returns, am)
+                loss_v = value_loss(v, returns, am)
+                self.critic_engine.backward(loss_v)
+                self.critic_engine.step()
+                vl.append(float(loss_v.detach()))
+            stats["value_loss"] = sum(vl) / len(vl)
+            stats["value_mean"] = float(v_old[am].mean())
+        else:
+            groups = [r.group for r in rollouts]
+            adv = token_advantages(grpo_advantages(rewards_seq, groups), am)
+        b["advantages"] = adv
+        stats["adv_mean"] = float(adv[am].mean()) if bool(am.any()) else 0.0
+        if self.actor_frozen:
+            stats.update(actor_updated=0.0, grad_norm=0.0, policy_loss=0.0)
+            with torch.no_grad():
+                out = token_logprobs(self.model, b)
+                _, pst = self.objective(b, out)
+        else:
+            self.model.train()
+            out = token_logprobs(self.model, b)
+            loss_sum, pst = self.objective(b, out)
+            n = max(1, int(out.mask.sum()))
+            self.engine.backward(loss_sum / n)
+            self.engine.step()
+            self.model.eval()
+            stats.update(actor_updated=1.0, grad_norm=float(self.engine.last_grad_norm),
+                         policy_loss=float(loss_sum.detach()) / n)
+        for k, v in pst.items():
+            stats[f"loss.{k}"] = float(v)
+        stats["masked_fraction"] = stats.get("loss.masked_fraction", stats.get("loss.clip_fraction", 0.0))
+        self.step += 1
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "version": self.version, "model": self.model.state_dict(),
+                "optimizer": self.engine.optimizer.state_dict(), "schedule": self.engine.schedule.state_dict(),
+                "critic": self.critic.state_dict() if self.critic is not None else None,
+                "critic_optimizer": self.critic_engine.optimizer.state_dict() if self.critic_engine else None}
+
+    def load_state_dict(self, st: Mapping[str, Any]) -> None:
+        self.step, self.version = int(st["step"]), int(st["version"])
+        self.model.load_state_dict(st["model"])
+        self.engine.optimizer.load_state_dict(st["optimizer"])
+        self.engine.schedule.load_state_dict(st["schedule"])
+        if self.critic is not None and st.get("critic") is not None:
+            self.critic.load_state_dict(st["critic"])
+            self.critic_engine.optimizer.load_state_dict(st["critic_optimizer"])
+
+
+def _train_cfg(lr: float, cfg: LoopConfig) -> TrainConfig:
+    """The one trainer's config for an RL engine: constant lr (no warm-up), clipping, no decay."""
+    return TrainConfig(lr=lr, min_lr=lr, warmup_steps=0, epochs=1.0, max_steps=cfg.steps, micro_batch_size=cfg.batch_size,
+                       grad_accum=1, max_length=4096, packing=False, seed=cfg.seed, weight_decay=0.0,
+                       betas=(0.9, 0.999), max_grad_norm=cfg.max_grad_norm, log_every=1, num_threads=cfg.num_threads,
+                       bf16=False, progress=False, time_budget_s=None)
+
+
+def staleness_stats(rollouts: Sequence[Rollout], version: int) -> dict[str, float]:
+    """Staleness (policy versions behind ``version``) per trajectory (first token) and per action token."""
+    traj = [version - r.version for r in rollouts]
+    tok = [version - v for r in rollouts for v, m in zip(r.versions, r.action_mask) if m]
+    return {"staleness.traj_mean": sum(traj) / len(traj), "staleness.traj_max": float(max(traj)),
+            "staleness.token_mean": sum(tok) / max(1, len(tok)), "staleness.token_max": float(max(tok, default=0)),
+            "staleness.mixed_version_rollouts": float(sum(
+                len({v for v, m in zip(r.versions, r.action_mask) if m}) > 1 for r in rollouts))}
+
+
+class Workers:
+    """``n`` rollout threads: each runs groups (G episodes of one prompt) with the current policy and
+    puts them into the buffer until stopped."""
+
+    def __init__(self, server: PolicyServer, buffer: RolloutBuffer, tasks: Sequence[CountdownTask], cfg: LoopConfig):
+        self.server, self.buffer, self.tasks, self.cfg = server, buffer, list(tasks), cfg
+        self.stop_event = threading.Event()
+        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"rollout-{i}")
+                        for i in range(cfg.workers)]
+        self.errors: list[BaseException] = []
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _work(self, i: int) -> None:
+        rng = random.Random(f"{self.cfg.seed}:{i}")
+        latency = make_latency(self.cfg.latency, rng.randrange(2**31))
+        try:
+            while not self.stop_event.is_set():
+                group = run_group(self.server, rng.choice(self.tasks), self.cfg.group, rng, latency)
+                while not self.buffer.put(group, timeout=0.2):
+                    if self.stop_event.is_set():
+                        break
+        except BaseException as e:  # surfaced by the loop
+            log.exception("rollout worker %d failed", i)
+            self.errors.append(e)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.buffer.close()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def run_group(server: PolicyServer, task: CountdownTask, g: int, rng: random.Random,
+              latency: Callable[[], float] | None) -> list[Rollout]:
+    gid = uuid.uuid4().hex[:12]
+    return [run_episode(server, task, seed=rng.randrange(2**31), rollout_id=f"{gid}-{k}", group=gid, latency=latency)
+            for k in range(g)]
+
+
+def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTask], cfg: LoopConfig, *,
+             out_dir: str | Path | None = None, on_log: Callable[[int, dict[str, float]], None] | None = None,
+             time_budget_s: float | None = None, save_every: int = 0) -> dict[str, Any]:
+    """Train ``model`` in place for ``cfg.steps`` updates of ``cfg.mode``; returns the history and totals.
+
+    ``out_dir``: the persisted buffer (``buffer/``) and the learner state (``state.pt``, written every
+    ``save_every`` updates and at the end); a run on an ``out_dir`` that has them resumes from them.
+    ``time_budget_s``: stop after the update that passes it (``stopped_early``).
+    """
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    tasks = [CountdownTask(t.task_id, t.split, t.numbers, t.target, cfg.max_turns) for t in tasks]
+    out = Path(out_dir) if out_dir is not None else None
+    learner = Learner(model, cfg)
+    state_path = out / "state.pt" if out is not None else None
+    if state_path is not None and state_path.exists():
+        learner.load_state_dict(torch.load(state_path, weights_only=False))
+        log.info("resumed at step %d (policy version %d)", learner.step, learner.version)
+    model.eval()
+    server = PolicyServer(model, tokenizer, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    server.version = learner.version
+    buffer = RolloutBuffer(cfg.buffer_capacity, cfg.max_staleness, out / "buffer" if out is not None else None)
+    restored = len(buffer)
+    history: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    trained = 0
+    workers = None
+    pool = None
+    rng = random.Random(f"{cfg.seed}:sync")
+    if cfg.mode == "grpo_sync":
+        pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix="rollout")
+        latencies = [make_latency(cfg.latency, rng.randrange(2**31)) for _ in range(cfg.batch_size)]
+    else:
+        workers = Workers(server, buffer, tasks, cfg)
+        workers.start()
+    stopped_early = False
+    try:
+        while learner.step < cfg.steps:
+            t_wait = time.perf_counter()
+            if pool is not None:
+                futs = [pool.submit(run_episode, server, task, seed=rng.randrange(2**31),
+                                    rollout_id=f"{gid}-{k}", group=gid, latency=latencies[j * cfg.group + k])
+                        for j, (task, gid) in enumerate((rng.choice(tasks), uuid.uuid4().hex[:12])
+                                                        for _ in range(cfg.batch_size // cfg.group))
+                        for k in range(cfg.group)]
+                rollouts = [f.result() for f in futs]
+            else:
+                groups = None
+                while groups is None:
+                    groups = buffer.take(cfg.batch_size, learner.version, timeout=1.0)
+                    if workers.errors:
+                        raise RuntimeError("a rollout worker failed") from workers.errors[0]
+                rollouts = [r for g in groups for r in g]
+            wait_s = time.perf_counter() - t_wait
+            t_up = time.perf_counter()
+            stats = learner.update(rollouts)
+            stats.update(staleness_stats(rollouts, learner.version))
+            if stats["actor_updated"]:  # new weights to the workers (not during the critic warm-up)
+                learner.version = server.publish(model.state_dict())
+            trained += len(rollouts)
+            stats.update({
+                "reward": sum(r.reward for r in rollouts) / len(rollouts),
+                "entropy": _mean_entropy(rollouts),
+                "turns": sum(r.turns for r in rollouts) / len(rollouts),
+                "episode_s": sum(r.seconds for r in rollouts) / len(rollouts),
+                "wait_s": wait_s, "update_s": time.perf_counter() - t_up,
+                "policy_version": float(learner.version), "dropped_stale": float(buffer.dropped),
+                "trained_samples": float(trained), "samples_per_s": trained / (time.perf_counter() - t0),
+            })
+            history.append(stats)
+            if on_log is not None:
+                on_log(learner.step, stats)
+            if state_path is not None and save_every and learner.step % save_every == 0:
+                _save(state_path, learner)
+            if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
+                stopped_early = learner.step < cfg.steps
+                break
+    finally:
+        if workers is not None:
+            workers.stop()
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if state_path is not None:
+            _save(state_path, learner)
+    seconds = time.perf_counter() - t0
+    return {"mode": cfg.mode, "steps": learner.step, "policy_version": learner.version, "history": history,
+            "trained_samples": trained, "seconds": seconds, "samples_per_s": trained / max(seconds, 1e-9),
+            "dropped_stale": buffer.dropped, "restored_rollouts": restored, "left_in_buffer": len(buffer),
+            "stopped_early": stopped_early}
+
+
+def _mean_entropy(rollouts: Sequence[Rollout]) -> float:
+    vals = [e for r in rollouts for e, m in zip(r.entropies, r.action_mask) if m]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def _save(path: Path, learner: Learner) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(learner.state_dict(), tmp)
+    tmp.replace(path)

@@ -1,0 +1,164 @@
+"""The SAO stability run (``make stability``): asynchronous SAO next to asynchronous GRPO on the
+countdown sanity environment, the same number of updates, the same policy, tasks and staleness.
+
+Params: section ``sao`` of ``params.yaml`` (the loop, :class:`~apollo.rl.sao_loop.LoopConfig`) with
+its subsection ``stability`` (``steps``, ``modes``, ``model``, ``time_budget_s``, ``out``, and
+``overrides``: loop keys that differ for this run). The two modes run side by side in two processes
+(one CPU thread each). Each mode is an MLflow child run under one parent run ``sao_stability``;
+metrics per update: reward, entropy, grad_norm, value_loss, explained_variance, masked_fraction,
+staleness (trajectory / token, mean / max), samples/s. Written to ``out``: ``<mode>.jsonl`` (the
+history), ``summary.json`` and ``stability.png`` (both modes' curves), the PNG also logged to MLflow.
+
+    python -m apollo.rl.sao_stability                  # params.yaml
+    python -m apollo.rl.sao_stability --steps 50 --time-budget-s 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import multiprocessing as mp
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+CURVES = ("reward", "entropy", "grad_norm", "value_loss", "explained_variance", "masked_fraction",
+          "staleness.token_mean", "samples_per_s")
+
+
+def _run_mode(mode: str, loop: dict[str, Any], model_path: str, out: str, steps: int, time_budget_s: float | None,
+              parent_run_id: str | None) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from apollo import tracking
+    from apollo.env.sanity import make_tasks
+    from apollo.rl.sao_loop import loop_config, run_loop
+
+    torch.set_num_threads(1)
+    cfg = loop_config(loop, mode=mode, steps=steps, num_threads=1)
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    tok = AutoTokenizer.from_pretrained(model_path)
+    tasks = make_tasks(cfg.n_tasks, seed=cfg.seed)
+    hist_path = Path(out) / f"{mode}.jsonl"
+    hist_path.unlink(missing_ok=True)
+    with tracking.stage_run(f"rl_stability@{mode}", params={"sao": {**cfg.__dict__}, "model": model_path},
+                            parent_run_id=parent_run_id, tags={"apollo.variant": mode}) as run, \
+            open(hist_path, "a", encoding="utf-8") as fh:
+        def on_log(step: int, st: dict[str, float]) -> None:
+            fh.write(json.dumps({"step": step, **st}) + "\n")
+            fh.flush()
+            run.log_metrics({k: v for k, v in st.items() if not k.startswith("loss.")}, step=step)
+            if step % 25 == 0:
+                log.info("%s step %d reward %.3f entropy %.3f grad_norm %.3f", mode, step, st["reward"],
+                         st["entropy"], st["grad_norm"])
+
+        res = run_loop(model, tok, tasks, cfg, on_log=on_log, time_budget_s=time_budget_s)
+        run.log_metrics({"final_steps": res["steps"], "final_samples_per_s": res["samples_per_s"]})
+    res.pop("history")
+    return res
+
+
+def summarize(history: list[dict[str, float]], window: int = 50) -> dict[str, float]:
+    """First / last window means of the curves (what the README reports)."""
+    def mean(rows: list[dict[str, float]], k: str) -> float:
+        vals = [r[k] for r in rows if k in r and isinstance(r[k], (int, float)) and math.isfinite(r[k])]
+        return statistics.fmean(vals) if vals else math.nan
+
+    w = min(window, max(1, len(history) // 2))
+    first, last = history[:w], history[-w:]
+    out: dict[str, float] = {"steps": float(len(history))}
+    for k in CURVES:
+        out[f"{k}.first"] = mean(first, k)
+        out[f"{k}.last"] = mean(last, k)
+    return out
+
+
+def plot(histories: dict[str, list[dict[str, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    for ax, k in zip(axes.flat, CURVES):
+        for mode, h in histories.items():
+            rows = [r for r in h if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            xs = [r["step"] for r in rows]
+            ys = [r[k] for r in rows]
+            if not xs:
+                continue
+            win = max(1, len(ys) // 40)  # a light moving average; the raw curve faint underneath
+            smooth = [statistics.fmean(ys[max(0, i - win + 1): i + 1]) for i in range(len(ys))]
+            (line,) = ax.plot(xs, smooth, label=mode)
+            ax.plot(xs, ys, color=line.get_color(), alpha=0.2, linewidth=0.5)
+        if k == "explained_variance":  # near-constant returns of a small batch give huge negative values
+            ax.set_ylim(-1.05, 1.05)
+        ax.set_title(k)
+        ax.set_xlabel("update")
+    axes.flat[0].legend()
+    fig.suptitle("Asynchronous SAO vs asynchronous GRPO on the countdown sanity environment")
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=80)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from apollo import tracking
+    from apollo.config import load_params, project_root
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--time-budget-s", type=float, default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(processName)s %(message)s")
+    section = dict(load_params(args.params).get("sao") or {})
+    stab = dict(section.pop("stability", None) or {})
+    loop = {**section, **dict(stab.get("overrides") or {})}
+    steps = int(args.steps or stab.get("steps", 1000))
+    budget = args.time_budget_s if args.time_budget_s is not None else stab.get("time_budget_s")
+    modes = list(stab.get("modes", ["sao", "grpo_async"]))
+    model_path = str(project_root() / stab.get("model", "data/models/base"))
+    if not Path(model_path, "config.json").exists():
+        raise SystemExit(f"{model_path}: no model (build it with `python -m apollo stage bootstrap`)")
+    out = project_root() / (args.out or stab.get("out", "data/rl/stability"))
+    out.mkdir(parents=True, exist_ok=True)
+    parent = tracking.start_parent_run("sao_stability", params={"steps": steps, "modes": modes})
+    ctx = mp.get_context("spawn")
+    results: dict[str, Any] = {}
+    try:
+        with ProcessPoolExecutor(len(modes), mp_context=ctx) as pool:
+            futs = {m: pool.submit(_run_mode, m, loop, model_path, str(out), steps, budget, parent.run_id)
+                    for m in modes}
+            for m, f in futs.items():
+                results[m] = f.result()
+        histories = {m: [json.loads(line) for line in (out / f"{m}.jsonl").read_text().splitlines()] for m in modes}
+        plot(histories, out / "stability.png")
+        summary = {m: {**summarize(histories[m]), "samples_per_s": results[m]["samples_per_s"],
+                       "seconds": results[m]["seconds"], "dropped_stale": results[m]["dropped_stale"]}
+                   for m in modes}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        parent.log_artifact(out / "stability.png")
+        parent.log_artifact(out / "summary.json")
+    except BaseException:
+        tracking.end_run(parent, "FAILED")
+        raise
+    tracking.end_run(parent)
+    for m, s in summary.items():
+        print(f"{m}: {int(s['steps'])} updates in {s['seconds']:.0f} s; reward {s['reward.first']:.3f} -> "
+              f"{s['reward.last']:.3f}, entropy {s['entropy.first']:.3f} -> {s['entropy.last']:.3f}, "
+              f"grad_norm {s['grad_norm.first']:.3f} -> {s['grad_norm.last']:.3f}")
+    print(f"curves: {out / 'stability.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
