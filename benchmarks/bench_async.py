@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-cap", type=float, default=20.0)
     ap.add_argument("--max-new-tokens", type=int, default=8,
                     help="per turn; short, so that tool time dominates as it does in research tasks")
+    ap.add_argument("--max-batch", type=int, default=None,
+                    help="turns decoded together by the policy copy (default: --workers; 1: one turn at a time)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     base = dict(steps=args.steps, batch_size=args.batch, group_size=args.group, workers=args.workers,
                 max_staleness=args.max_staleness, buffer_capacity=args.batch, critic_warmup_steps=0,
                 max_new_tokens=args.max_new_tokens, max_turns=3, seed=args.seed, num_threads=1,
+                max_batch=args.max_batch or args.workers,
                 latency={"dist": "pareto", "scale": args.latency_scale, "shape": args.latency_shape,
                          "cap": args.latency_cap})
     results = {}

@@ -231,3 +231,32 @@ def test_short_loop_runs_and_resumes(model, tok, tmp_path, mode):
         put = [json.loads(line)["id"] for line in lines]
         consumed = [json.loads(line) for line in (tmp_path / "buffer" / "consumed.jsonl").read_text().splitlines()]
         assert len(set(put)) == len(put) and set(consumed) <= set(put)
+
+
+def test_batched_policy_server_matches_lone_turns_and_publish_waits_for_turns_in_flight(model, tok):
+    import threading
+
+    lone = PolicyServer(model, tok, max_new_tokens=8)
+    batched = PolicyServer(model, tok, max_new_tokens=8, max_batch=4)
+    prompts = [lone.prompt_ids(t.messages()) for t in make_tasks(4)]
+    ref = [lone.generate(p, seed=i) for i, p in enumerate(prompts)]
+    got: dict[int, tuple] = {}
+
+    def one(i):
+        got[i] = batched.generate(prompts[i], seed=i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    published = {}
+    pub = threading.Thread(target=lambda: published.setdefault("v", batched.publish(model.state_dict())))
+    pub.start()
+    for t in threads + [pub]:
+        t.join()
+    assert batched.batcher.forwards > 0
+    for i, (new, lps, ents, version) in enumerate(ref):
+        g_new, g_lps, g_ents, g_version = got[i]
+        assert g_new == new and g_lps == pytest.approx(lps, abs=1e-4) and g_ents == pytest.approx(ents, abs=1e-4)
+        # a turn sees one version: the one before the publish, or (started after it) the one after
+        assert g_version in (0, 1) and version == 0
+    assert published["v"] == 1 and batched.version == 1

@@ -86,6 +86,7 @@ class LoopConfig:
     seed: int = 0
     latency: dict[str, Any] = field(default_factory=lambda: {"dist": "none"})
     num_threads: int | None = None
+    max_batch: int = 1  # workers' turns decoded together (PolicyServer; 1: one turn at a time)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -318,7 +319,8 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTa
         learner.load_state_dict(torch.load(state_path, weights_only=False))
         log.info("resumed at step %d (policy version %d)", learner.step, learner.version)
     model.eval()
-    server = PolicyServer(model, tokenizer, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    server = PolicyServer(model, tokenizer, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                          max_batch=cfg.max_batch)
     server.version = learner.version
     buffer = RolloutBuffer(cfg.buffer_capacity, cfg.max_staleness, out / "buffer" if out is not None else None)
     restored = len(buffer)

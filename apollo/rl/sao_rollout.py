@@ -31,12 +31,17 @@ from apollo.env.sanity import CountdownEnv, CountdownTask
 class PolicyServer:
     """The served policy of the loop: a copy of the trainer's model that workers sample from.
 
-    ``publish(state_dict)`` loads new weights in place and bumps :attr:`version`; a lock makes each
-    generated turn see one version (a turn in flight finishes with the weights it started with).
+    ``publish(state_dict)`` loads new weights and bumps :attr:`version`; each generated turn sees one
+    version (a turn in flight finishes with the weights it started with: ``publish`` stops new turns
+    from starting, waits for the turns in flight, swaps the weights, then lets turns start again).
+
+    ``max_batch > 1``: the workers' turns decode together (:class:`apollo.engines.hf_batch.DecodeBatcher`,
+    continuous batching over left-padded KV caches, one model thread); ``1``: each turn runs alone,
+    one at a time.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, temperature: float = 1.0,
-                 max_new_tokens: int = 32):
+                 max_new_tokens: int = 32, max_batch: int = 1):
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -45,35 +50,73 @@ class PolicyServer:
         self.max_new_tokens = int(max_new_tokens)
         self.eos_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         self.version = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one lone turn at a time (max_batch 1)
+        self._gate = threading.Condition()
+        self._inflight = 0
+        self._publishing = False
+        self.batcher = None
+        if int(max_batch) > 1:
+            from apollo.engines.hf_batch import DecodeBatcher
+
+            self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=[self.eos_id],
+                                         sample=self._sample, prefill=self._prefill, finish=lambda r: None)
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
-        with self._lock:
-            self.model.load_state_dict(state_dict)
-            self.version = self.version + 1 if version is None else int(version)
-            return self.version
+        with self._gate:
+            self._publishing = True
+            try:
+                self._gate.wait_for(lambda: self._inflight == 0)
+                self.model.load_state_dict(state_dict)
+                self.version = self.version + 1 if version is None else int(version)
+                return self.version
+            finally:
+                self._publishing = False
+                self._gate.notify_all()
+
+    def _sample(self, logits: torch.Tensor, gen: torch.Generator) -> tuple[int, float, float]:
+        lp = torch.log_softmax(logits.float() / max(self.temperature, 1e-6), -1)
+        tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
+        return tok, float(lp[tok]), float(-(lp.exp() * lp).sum())
+
+    def _prefill(self, ids: list[int]) -> tuple[int, torch.Tensor, list]:
+        from apollo.engines.hf_batch import kv_of
+
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
+        return 0, out.logits[0, -1].float(), kv_of(out.past_key_values)
 
     @torch.no_grad()
     def generate(self, ids: list[int], seed: int) -> tuple[list[int], list[float], list[float], int]:
         """Sample one turn after ``ids`` → (new ids, sampling logprobs, entropies, policy version)."""
         gen = torch.Generator().manual_seed(int(seed))
-        with self._lock:
+        with self._gate:
+            self._gate.wait_for(lambda: not self._publishing)
+            self._inflight += 1
             version = self.version
-            out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
-            past = out.past_key_values
-            new, lps, ents = [], [], []
-            for _ in range(self.max_new_tokens):
-                logits = out.logits[0, -1].float() / max(self.temperature, 1e-6)
-                lp = torch.log_softmax(logits, -1)
-                tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
-                new.append(tok)
-                lps.append(float(lp[tok]))
-                ents.append(float(-(lp.exp() * lp).sum()))
-                if tok == self.eos_id:
-                    break
-                out = self.model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+        try:
+            if self.batcher is not None:
+                from apollo.engines.hf_batch import DecodeRequest
+
+                req = self.batcher.submit(DecodeRequest(ids=list(ids), limit=self.max_new_tokens, rng=gen))
+                return req.new, req.logprobs, req.entropies, version
+            with self._lock:
+                out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
                 past = out.past_key_values
-        return new, lps, ents, version
+                new, lps, ents = [], [], []
+                for _ in range(self.max_new_tokens):
+                    tok, lp, ent = self._sample(out.logits[0, -1], gen)
+                    new.append(tok)
+                    lps.append(lp)
+                    ents.append(ent)
+                    if tok == self.eos_id:
+                        break
+                    out = self.model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+                    past = out.past_key_values
+            return new, lps, ents, version
+        finally:
+            with self._gate:
+                self._inflight -= 1
+                self._gate.notify_all()
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
