@@ -4,7 +4,8 @@
 
 Set ``APOLLO_SUITE_ROOT`` yourself to test against an existing suite instead.
 
-Shared fixtures: one real local Prefect server for the tests that run flows through it.
+Shared fixtures: one real local Prefect server for the tests that run flows through it; a micro
+model (random weights, a tokenizer of the tools' words) saved once per session (``micro_model_dir``).
 """
 
 from __future__ import annotations
@@ -85,3 +86,17 @@ def prefect_api(tmp_path_factory):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def micro_model_dir(tmp_path_factory) -> Path:
+    """The ``micro`` preset with random weights (seed 0) and a tokenizer trained on the tools' words,
+    saved as an HF model directory: real token accounting, garbage actions."""
+    from apollo.models.tiny import make_config, make_model, train_tokenizer
+
+    root = tmp_path_factory.mktemp("micro")
+    tok = train_tokenizer(["list_files open_file run_command eval finish tool_call arguments path"] * 50,
+                          vocab_size=400)
+    make_model(make_config(tok, "micro"), seed=0).save_pretrained(root)
+    tok.save_pretrained(root)
+    return root

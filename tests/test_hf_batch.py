@@ -5,18 +5,13 @@ import threading
 import pytest
 
 from apollo.engines.hf import HFEngine
-from apollo.models.tiny import make_config, make_model, train_tokenizer
 
 WORDS = "list_files open_file run_command eval finish tool_call arguments path train loss score"
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("m") / "m"
-    tok = train_tokenizer([WORDS] * 50, vocab_size=400)
-    make_model(make_config(tok, "micro"), seed=0).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+def model_dir(micro_model_dir):
+    return micro_model_dir
 
 
 def _prompts(n: int) -> list[list[dict]]:

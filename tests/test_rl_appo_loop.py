@@ -15,7 +15,6 @@ import yaml
 from apollo.agent.react import AgentConfig
 from apollo.engines.hf import HFEngine
 from apollo.env.tasks import list_tasks
-from apollo.models.tiny import make_config, make_model, train_tokenizer
 from apollo.rl.losses import dual_clip_ppo_loss
 from apollo.rl.tree import response_tokens, tree_rollout
 from apollo.rl import appo_loop as appo_mod
@@ -29,13 +28,8 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("micro")
-    tok = train_tokenizer(["list_files open_file run_command eval finish tool_call arguments path"] * 50,
-                          vocab_size=400)
-    make_model(make_config(tok, "micro"), seed=0).save_pretrained(root)
-    tok.save_pretrained(root)
-    return root
+def model_dir(micro_model_dir) -> Path:
+    return micro_model_dir
 
 
 @pytest.fixture(scope="module")

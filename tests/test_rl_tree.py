@@ -17,7 +17,6 @@ from apollo.engines.hf import HFEngine, PrefixKVCache
 from apollo.env.snapshot import WorkspaceSnapshots
 from apollo.env.tasks import list_tasks
 from apollo.env.workspace import Workspace
-from apollo.models.tiny import make_config, make_model, train_tokenizer
 from apollo.rl.appo import branch_credit, dual_group_advantages
 from apollo.rl.tree import (
     HFPolicyScorer,
@@ -33,13 +32,8 @@ MSGS = [{"role": "system", "content": "You are an agent."}, {"role": "user", "co
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("micro")
-    tok = train_tokenizer(["list_files open_file run_command eval finish tool_call arguments path"] * 50,
-                          vocab_size=400)
-    make_model(make_config(tok, "micro"), seed=0).save_pretrained(root)
-    tok.save_pretrained(root)
-    return root
+def model_dir(micro_model_dir) -> Path:
+    return micro_model_dir
 
 
 @pytest.fixture(scope="module")
