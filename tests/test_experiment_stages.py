@@ -78,7 +78,10 @@ def test_experiment_stage_aggregates_every_cell(tmp_path):
     params["experiment"]["seeds"] = [0, 1, 2]
     params["experiment"]["bootstrap"]["resamples"] = 500
     paths = Paths(tmp_path)
-    for v, plus in (("untrained", 0.0), ("full", 10.0), ("no_mask", 5.0), ("no_human", 1.0)):
+    table = list(params["experiment"]["variants"])  # the Apollo ablation and any later method (e.g. APPO)
+    plus_of = {"untrained": 0.0, "full": 10.0, "no_mask": 5.0, "no_human": 1.0}
+    for v in table:
+        plus = plus_of.get(v, 2.0)
         for s in (0, 1, 2):
             trajs = [traj(task, dom, s, [(1, 20.0 + plus, False), (5, 30.0 + plus + s, True)], tid=f"{v}{task}{s}")
                      for task, dom in (("a", "loss_design"), ("b", "data_filtering"), ("c", "data_filtering"))]
@@ -86,7 +89,7 @@ def test_experiment_stage_aggregates_every_cell(tmp_path):
     metrics = experiment.run(params, paths=paths)
     out = tmp_path / "data/experiment"
     res = json.loads((out / "results.json").read_text())
-    assert list(res) == ["untrained", "full", "no_mask", "no_human"]
+    assert list(res) == table and table[:4] == ["untrained", "full", "no_mask", "no_human"]
     assert res["full"]["final_mean"] == 41.0 and res["full"]["seeds"] == [0, 1, 2]
     assert res["full"]["diff_vs_untrained"]["mean"] == 10.0
     assert metrics["experiment.no_mask.diff_vs_untrained"] == 5.0
@@ -94,7 +97,7 @@ def test_experiment_stage_aggregates_every_cell(tmp_path):
         assert (out / name).stat().st_size > 0, name
     wide = json.loads((out / "tts_steps.json").read_text())
     assert wide[0]["budget"] == params["experiment"]["tts"]["steps"][0]
-    assert set(wide[-1]) == {"budget", "untrained", "full", "no_mask", "no_human"}
+    assert set(wide[-1]) == {"budget", *table}
     assert wide[-1]["full"] == res["full"]["best_mean"]  # at the longest budget: the best score
 
 
