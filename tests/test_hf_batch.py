@@ -94,3 +94,38 @@ def test_a_failing_request_fails_alone(model_dir):
     for t in threads:
         t.join()
     assert set(results) == {"a", "b"} and isinstance(errors["bad"], RuntimeError)
+
+
+def test_slot_forward_matches_the_models_own_forward(model_dir):
+    """SlotKV's batched one-token forward gives the logits of the model's forward over each whole
+    sequence: rows of different lengths, a free row between them, capacity growing past 256."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from apollo.engines.hf_batch import SlotKV, kv_of
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    g = torch.Generator().manual_seed(0)
+    seqs = {0: torch.randint(3, 200, (1, 40), generator=g), 2: torch.randint(3, 200, (1, 250), generator=g)}
+    kv = SlotKV(model, 3, "cpu", max_len=1024)
+    with torch.no_grad():
+        got_slots = [kv.load(kv_of(model(ids[:, :-1], use_cache=True).past_key_values), ids.shape[1] - 1)
+                     for ids in (seqs[0], torch.zeros(1, 5, dtype=torch.long), seqs[2])]
+        assert got_slots == [0, 1, 2]  # the lowest free slot each time
+        kv.free(1)  # row 1 stays free: the forward spans it and discards it
+        assert kv._free == [1]
+        slots = [0, 2]
+        for extra in range(12):  # decode 12 tokens: row 2 crosses the first capacity (256)
+            toks = [int(seqs[s][0, -1]) for s in slots]
+            pos = [seqs[s].shape[1] - 1 for s in slots]
+            got = kv.step(slots, toks, pos)
+            for i, s in enumerate(slots):
+                ref = model(seqs[s]).logits[0, -1]
+                assert torch.allclose(got[i], ref, atol=1e-4), (extra, s, (got[i] - ref).abs().max())
+                nxt = int(torch.argmax(ref))
+                seqs[s] = torch.cat([seqs[s], torch.tensor([[nxt]])], dim=1)
+    assert kv.capacity >= 262
+    exported = kv.export(2, seqs[2].shape[1] - 1)
+    with torch.no_grad():
+        ref_kv = kv_of(model(seqs[2][:, :-1], use_cache=True).past_key_values)
+    assert torch.allclose(exported[0][0], ref_kv[0][0], atol=1e-5)

@@ -11,6 +11,7 @@ tokens actually prefilled (input − cached): what :mod:`benchmarks.bench_tree` 
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -20,6 +21,9 @@ import torch
 
 from apollo.data.tokenize import tokenize_prompt
 from apollo.engines.base import Generation, LocalEngine
+from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, cache_of, kv_of, sample_token, slot_decode_supported
+
+log = logging.getLogger(__name__)
 
 
 class HFEngine(LocalEngine):
@@ -57,12 +61,13 @@ class HFEngine(LocalEngine):
             eos.add(im_end)
         self.eos_ids = sorted(i for i in eos if i is not None)
         self.batcher = None
-        if int(max_batch) > 1:
-            from apollo.engines.hf_batch import DecodeBatcher
-
+        if int(max_batch) > 1 and not slot_decode_supported(self.model):
+            log.warning("hf engine: continuous batching does not drive %s models; each call decodes alone",
+                        self.model.config.model_type)
+        elif int(max_batch) > 1:
             self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=self.eos_ids,
                                          sample=self._sample, prefill=self._prefill, finish=self._keep,
-                                         device=self.device, threads=decode_threads)
+                                         device=self.device, threads=decode_threads, max_len=self.max_context)
 
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         return tokenize_prompt(self.tokenizer, messages)
@@ -112,8 +117,6 @@ class HFEngine(LocalEngine):
             rng.seed()
         limit = min(self.max_new_tokens, budget)
         if self.batcher is not None:
-            from apollo.engines.hf_batch import DecodeRequest
-
             req = self.batcher.submit(DecodeRequest(ids=ids, limit=limit, rng=rng))
             reused, new, logprobs, entropies = req.reused, req.new, req.logprobs, req.entropies
         else:
@@ -139,20 +142,11 @@ class HFEngine(LocalEngine):
 
 
     def _sample(self, logits: torch.Tensor, rng: torch.Generator) -> tuple[int, float, float]:
-        """One token from next-token ``logits``: (id, its logprob, the distribution's entropy), under
-        the engine's temperature and top-p."""
-        sample = self.temperature > 0
-        lp = torch.log_softmax(logits / self.temperature if sample else logits, dim=-1)
-        if sample and self.top_p < 1.0:
-            lp = _top_p(lp, self.top_p)
-        p = lp.exp()
-        tok = int(torch.multinomial(p, 1, generator=rng)) if sample else int(torch.argmax(lp))
-        return tok, float(lp[tok]), float(-(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum())
+        """One token from next-token ``logits`` under the engine's temperature and top-p."""
+        return sample_token(logits, rng, self.temperature, self.top_p)
 
     def _prefill(self, ids: list[int]) -> tuple[int, torch.Tensor, list]:
         """Run the input (what the prefix cache does not cover): (cached tokens, last logits, KV)."""
-        from apollo.engines.hf_batch import kv_of
-
         reused, past = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else (0, None)
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), past_key_values=past,
@@ -162,32 +156,28 @@ class HFEngine(LocalEngine):
     def _keep(self, req: Any) -> None:
         """A finished batched request: keep its KV (input + tokens fed back) in the prefix cache."""
         if self.prefix_cache is not None and req.kv is not None:
-            from apollo.engines.hf_batch import cache_of
-
             self.prefix_cache.store((req.ids + req.new)[:req.length], cache_of(req.kv))
 
     @torch.no_grad()
     def _decode(self, ids: list[int], limit: int, rng: torch.Generator) -> tuple[int, list[int], list[float], list[float]]:
         """The single-sequence decode loop (in the caller's thread)."""
         eos = set(self.eos_ids)
-        reused, past = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else (0, None)
-        out = self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), past_key_values=past,
-                         use_cache=True)
+        reused, logits, kv = self._prefill(ids)
+        past = cache_of(kv)
         new: list[int] = []
         logprobs: list[float] = []
         entropies: list[float] = []
         for _ in range(limit):
-            tok, lp, ent = self._sample(out.logits[0, -1].float(), rng)
+            tok, lp, ent = self._sample(logits, rng)
             new.append(tok)
             logprobs.append(lp)
             entropies.append(ent)
             if tok in eos:
                 break
-            out = self.model(input_ids=torch.tensor([[tok]], device=self.device),
-                             past_key_values=out.past_key_values, use_cache=True)
+            out = self.model(input_ids=torch.tensor([[tok]], device=self.device), past_key_values=past, use_cache=True)
+            past, logits = out.past_key_values, out.logits[0, -1].float()
         if self.prefix_cache is not None:  # what the KV cache covers: the input and the tokens fed back
-            kv = out.past_key_values
-            self.prefix_cache.store((ids + new)[:kv.get_seq_length()], kv)
+            self.prefix_cache.store((ids + new)[:past.get_seq_length()], past)
         return reused, new, logprobs, entropies
 
 
@@ -264,13 +254,3 @@ def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def _top_p(lp: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filtering of log-probabilities, renormalized (the smallest set with mass ≥ top_p)."""
-    sorted_lp, order = torch.sort(lp, descending=True)
-    cum = sorted_lp.exp().cumsum(-1)
-    drop = cum - sorted_lp.exp() >= top_p  # tokens entirely beyond the nucleus
-    sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
-    out = torch.full_like(lp, float("-inf")).scatter(0, order, sorted_lp)
-    return torch.log_softmax(out, dim=-1)

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, kv_of, sample_token
 from apollo.env.sanity import CountdownEnv, CountdownTask
 
 
@@ -36,7 +37,7 @@ class PolicyServer:
     from starting, waits for the turns in flight, swaps the weights, then lets turns start again).
 
     ``max_batch > 1``: the workers' turns decode together (:class:`apollo.engines.hf_batch.DecodeBatcher`,
-    continuous batching over left-padded KV caches, one model thread); ``1``: each turn runs alone,
+    continuous batching over per-row KV slots, one model thread); ``1``: each turn runs alone,
     one at a time.
     """
 
@@ -56,10 +57,8 @@ class PolicyServer:
         self._publishing = False
         self.batcher = None
         if int(max_batch) > 1:
-            from apollo.engines.hf_batch import DecodeBatcher
-
             self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=[self.eos_id],
-                                         sample=self._sample, prefill=self._prefill, finish=lambda r: None)
+                                         sample=self._sample, prefill=self._prefill)
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
         with self._gate:
@@ -74,13 +73,9 @@ class PolicyServer:
                 self._gate.notify_all()
 
     def _sample(self, logits: torch.Tensor, gen: torch.Generator) -> tuple[int, float, float]:
-        lp = torch.log_softmax(logits.float() / max(self.temperature, 1e-6), -1)
-        tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
-        return tok, float(lp[tok]), float(-(lp.exp() * lp).sum())
+        return sample_token(logits, gen, self.temperature)
 
     def _prefill(self, ids: list[int]) -> tuple[int, torch.Tensor, list]:
-        from apollo.engines.hf_batch import kv_of
-
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
         return 0, out.logits[0, -1].float(), kv_of(out.past_key_values)
@@ -95,8 +90,6 @@ class PolicyServer:
             version = self.version
         try:
             if self.batcher is not None:
-                from apollo.engines.hf_batch import DecodeRequest
-
                 req = self.batcher.submit(DecodeRequest(ids=list(ids), limit=self.max_new_tokens, rng=gen))
                 return req.new, req.logprobs, req.entropies, version
             with self._lock:
