@@ -33,7 +33,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
     if args.name == "rl":  # an RL method's iterations (apollo.stages.rl): resumable, --iterations stops early
         from apollo.stages.rl import run_cell
 
-        metrics = run_cell(args.method, args.variant or args.method, args.seed, iterations=args.iterations)
+        metrics = run_cell(args.method, args.variant, args.seed, iterations=args.iterations)
     else:
         from apollo.stages import run_stage
 
@@ -209,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=None, help="an experiment cell's seed (its own data paths)")
     s.add_argument("--rollouts", choices=["guided", "unguided"], default=None,
                    help="rollout/guidance/mask of an experiment cell: with or without the annotator")
-    s.add_argument("--method", choices=["appo"], default="appo", help="rl: the RL method")
+    s.add_argument("--method", default=None,
+                   help="rl: the RL method (apollo.stages.rl.METHODS); default: the variant's policy in "
+                        "params.yaml experiment.variants")
     s.add_argument("--iterations", type=int, default=None,
                    help="rl: stop after this iteration (the checkpoint keeps the rest for the next call)")
     s.set_defaults(fn=cmd_stage)

@@ -72,12 +72,23 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
     return summary
 
 
-def run_cell(method: str, variant: str, seed: int | None, *, iterations: int | None = None,
+def run_cell(method: str | None, variant: str | None, seed: int | None, *, iterations: int | None = None,
              parent_run_id: str | None = None, register: bool = True) -> dict[str, Any]:
-    """The stage as ``dvc repro`` runs it: :func:`apollo.stages.run_stage` with this module."""
+    """The stage as ``dvc repro`` runs it: :func:`apollo.stages.run_stage` with this module.
+    ``method`` None: the variant's ``policy`` in ``experiment.variants``; ``variant`` None: the method."""
     import sys
 
     from apollo.stages import run_stage
+
+    if variant is None and method is None:
+        raise ValueError("rl: give --variant (its method comes from params.yaml experiment.variants) or --method")
+    if variant is None:
+        variant = method
+    if method is None:
+        from apollo.config import load_params
+        from apollo.experiment.variants import variant as variant_row
+
+        method = variant_row(load_params(), variant).policy
 
     mod = sys.modules[__name__]
 
