@@ -13,7 +13,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run experiment experiment-appo experiment-all test ui repro clean-data bench serve chromium bubblewrap stability
+.PHONY: install run experiment experiment-appo experiment-sao experiment-all test ui repro clean-data bench serve chromium bubblewrap stability
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -38,12 +38,15 @@ run: $(STAMP) bubblewrap
 # the Apollo ablation (the paper's four variants) x the seeds of params.yaml `experiment`, its table
 # in data/run/ (resumable: DVC skips finished cells); experiment-appo: APPO and its three ablations
 # against the base policy; experiment-all: every cell of the table and the DVC `experiment` stage
-# (data/experiment/). README "Experiments".
+# (data/experiment/); experiment-sao: SAO, SAO guided and the two GRPO baselines. README "Experiments".
 experiment: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline --variants untrained full no_mask no_human
 
 experiment-appo: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline --variants untrained appo appo_no_future appo_single_group appo_entropy_only
+
+experiment-sao: $(STAMP) bubblewrap
+	$(PY) -m flows.pipeline --variants untrained sao sao_guided grpo_async grpo_sync
 
 experiment-all: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline

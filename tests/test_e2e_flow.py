@@ -47,7 +47,7 @@ SMALL = {
                                 "no_mask": {"rollouts": "guided", "masks": False},
                                 "no_human": {"rollouts": "unguided", "masks": True}},
                    "rollouts": ["guided", "unguided"], "sft_guided": ["full", "no_mask"],
-                   "sft_unguided": ["no_human"], "trained": ["full", "no_mask", "no_human"], "appo": [],
+                   "sft_unguided": ["no_human"], "trained": ["full", "no_mask", "no_human"], "appo": [], "rl": [],
                    "evaluated": ["full", "no_mask", "no_human"],
                    "bootstrap": {"resamples": 500, "seed": 0, "confidence": 0.95},
                    "tts": {"steps": [1, 2, 4, 8], "wall_s": [5, 30, 120]}},

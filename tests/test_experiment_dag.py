@@ -15,6 +15,8 @@ from apollo.experiment.variants import VariantTableError, cells, check_table
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 APPO = ["appo", "appo_no_future", "appo_single_group", "appo_entropy_only"]
+SAO = ["sao", "sao_guided", "grpo_async", "grpo_sync"]
+RL = APPO + SAO
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +64,12 @@ def test_each_variant_differs_from_full_where_the_paper_says(dag):
     assert f"rollout@unguided-{seed}" in no_human and f"mask@unguided-{seed}" in no_human
     assert PARAMS["experiment"]["variants"]["no_human"] == {**PARAMS["experiment"]["variants"]["full"],
                                                             "rollouts": "unguided"}
-    # the APPO variants: an rl stage from the base policy, then its evaluation; nothing shared with full
-    for v in APPO:
+    # the RL variants (APPO, SAO, GRPO): an rl stage from the base policy, then its evaluation;
+    # nothing shared with full
+    for v in RL:
         chain = _cell_chain(dag, f"evaluate@{v}-{seed}")
         assert chain == {f"rl@{v}-{seed}", f"evaluate@{v}-{seed}"}
-        assert dag[f"rl@{v}-{seed}"][1] == ["appo", f"experiment.variants.{v}"]
+        assert dag[f"rl@{v}-{seed}"][1] == ["appo", f"experiment.variants.{v}", "mask", "sao"]
         assert dag[f"rl@{v}-{seed}"][2] == ["data/models/base", "data/suite"]
         assert dag[f"evaluate@{v}-{seed}"][1] == ["evaluate"]
     # untrained: the base policy, nothing trained
@@ -94,13 +97,13 @@ def test_cells_depend_only_on_their_own_seed(dag):
 
 def test_the_table_guards_the_lists_dvc_reads():
     table = check_table(PARAMS)
-    assert list(table) == ["untrained", "full", "no_mask", "no_human", *APPO]
+    assert list(table) == ["untrained", "full", "no_mask", "no_human", *RL]
     bad = copy.deepcopy(PARAMS)
-    bad["experiment"]["variants"]["sao"] = {"policy": "sao"}  # a new method: the evaluate list must name it
-    with pytest.raises(VariantTableError, match=r"experiment.evaluated .* gives \[.*'appo_entropy_only', 'sao'\]"):
+    bad["experiment"]["variants"]["ppo"] = {"policy": "ppo"}  # a new method: the evaluate list must name it
+    with pytest.raises(VariantTableError, match=r"experiment.evaluated .* gives \[.*'grpo_sync', 'ppo'\]"):
         check_table(bad)
-    bad["experiment"]["evaluated"].append("sao")
-    assert check_table(bad)["sao"].trained
+    bad["experiment"]["evaluated"].append("ppo")
+    assert check_table(bad)["ppo"].trained
     bad = copy.deepcopy(PARAMS)
     bad["experiment"]["variants"]["full"]["rollouts"] = "sometimes"
     with pytest.raises(VariantTableError, match=r"experiment.variants.full.rollouts: 'sometimes'"):

@@ -54,6 +54,7 @@ from apollo.train.objectives import PolicyGradientObjective, token_logprobs
 
 log = logging.getLogger(__name__)
 MODES = ("sao", "grpo_async", "grpo_sync")
+EMPTY_LIMIT = 8  # per worker: groups in a row without a trainable token before the loop gives up
 
 
 @dataclass
@@ -257,16 +258,26 @@ def staleness_stats(rollouts: Sequence[Rollout], version: int) -> dict[str, floa
                 len({v for v, m in zip(r.versions, r.action_mask) if m}) > 1 for r in rollouts))}
 
 
+# one episode → its training rows: (server, task, *, seed, rollout_id, group, latency) -> [Rollout]
+EpisodeFn = Callable[..., list[Rollout]]
+
+
+def countdown_episode(server: PolicyServer, task: CountdownTask, **kw: Any) -> list[Rollout]:
+    return [run_episode(server, task, **kw)]
+
+
 class Workers:
     """``n`` rollout threads: each runs groups (G episodes of one prompt) with the current policy and
     puts them into the buffer until stopped."""
 
-    def __init__(self, server: PolicyServer, buffer: RolloutBuffer, tasks: Sequence[CountdownTask], cfg: LoopConfig):
-        self.server, self.buffer, self.tasks, self.cfg = server, buffer, list(tasks), cfg
+    def __init__(self, server: PolicyServer, buffer: RolloutBuffer, tasks: Sequence[Any], cfg: LoopConfig,
+                 episode: EpisodeFn = countdown_episode):
+        self.server, self.buffer, self.tasks, self.cfg, self.episode = server, buffer, list(tasks), cfg, episode
         self.stop_event = threading.Event()
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"rollout-{i}")
                         for i in range(cfg.workers)]
         self.errors: list[BaseException] = []
+        self.empty_streak = 0  # groups in a row without a trainable token (e.g. every action masked)
 
     def start(self) -> None:
         for t in self.threads:
@@ -277,8 +288,12 @@ class Workers:
         latency = make_latency(self.cfg.latency, rng.randrange(2**31))
         try:
             while not self.stop_event.is_set():
-                group = run_group(self.server, rng.choice(self.tasks), self.cfg.group, rng, latency)
-                while not self.buffer.put(group, timeout=0.2):
+                group = run_group(self.server, rng.choice(self.tasks), self.cfg.group, rng, latency, self.episode)
+                self.empty_streak = 0 if group else self.empty_streak + 1
+                if self.empty_streak > EMPTY_LIMIT * self.cfg.workers:
+                    raise RuntimeError(f"the last {self.empty_streak} rollout groups hold no trainable token "
+                                       "(every action dropped by the masks?): nothing to train")
+                while group and not self.buffer.put(group, timeout=0.2):
                     if self.stop_event.is_set():
                         break
         except BaseException as e:  # surfaced by the loop
@@ -292,17 +307,24 @@ class Workers:
             t.join(timeout=60)
 
 
-def run_group(server: PolicyServer, task: CountdownTask, g: int, rng: random.Random,
-              latency: Callable[[], float] | None) -> list[Rollout]:
+def run_group(server: PolicyServer, task: Any, g: int, rng: random.Random,
+              latency: Callable[[], float] | None, episode: EpisodeFn = countdown_episode) -> list[Rollout]:
+    """G episodes of one prompt (one group id), their rows in order."""
     gid = uuid.uuid4().hex[:12]
-    return [run_episode(server, task, seed=rng.randrange(2**31), rollout_id=f"{gid}-{k}", group=gid, latency=latency)
-            for k in range(g)]
+    return [r for k in range(g)
+            for r in episode(server, task, seed=rng.randrange(2**31), rollout_id=f"{gid}-{k}", group=gid,
+                             latency=latency)]
 
 
-def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTask], cfg: LoopConfig, *,
+def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: LoopConfig, *,
              out_dir: str | Path | None = None, on_log: Callable[[int, dict[str, float]], None] | None = None,
-             time_budget_s: float | None = None, save_every: int = 0) -> dict[str, Any]:
+             time_budget_s: float | None = None, save_every: int = 0, episode: EpisodeFn | None = None,
+             max_context: int | None = None) -> dict[str, Any]:
     """Train ``model`` in place for ``cfg.steps`` updates of ``cfg.mode``; returns the history and totals.
+
+    ``episode``: one episode → its rows (default: the countdown sanity environment, ``tasks`` are
+    countdown tasks; :class:`apollo.rl.sao_agent.AgentEpisodes` for agent tasks). ``max_context``:
+    the server's longest sequence (default: the model's).
 
     ``out_dir``: the persisted buffer (``buffer/``) and the learner state (``state.pt``, written every
     ``save_every`` updates and at the end); a run on an ``out_dir`` that has them resumes from them.
@@ -311,7 +333,9 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTa
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
-    tasks = [CountdownTask(t.task_id, t.split, t.numbers, t.target, cfg.max_turns) for t in tasks]
+    if episode is None:
+        tasks = [CountdownTask(t.task_id, t.split, t.numbers, t.target, cfg.max_turns) for t in tasks]
+        episode = countdown_episode
     out = Path(out_dir) if out_dir is not None else None
     learner = Learner(model, cfg)
     state_path = out / "state.pt" if out is not None else None
@@ -320,7 +344,7 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTa
         log.info("resumed at step %d (policy version %d)", learner.step, learner.version)
     model.eval()
     server = PolicyServer(model, tokenizer, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                          max_batch=cfg.max_batch)
+                          max_batch=cfg.max_batch, max_len=max_context)
     server.version = learner.version
     buffer = RolloutBuffer(cfg.buffer_capacity, cfg.max_staleness, out / "buffer" if out is not None else None)
     restored = len(buffer)
@@ -334,25 +358,33 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTa
         pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix="rollout")
         latencies = [make_latency(cfg.latency, rng.randrange(2**31)) for _ in range(cfg.batch_size)]
     else:
-        workers = Workers(server, buffer, tasks, cfg)
+        workers = Workers(server, buffer, tasks, cfg, episode)
         workers.start()
     stopped_early = False
+    empty = 0
     try:
         while learner.step < cfg.steps:
             t_wait = time.perf_counter()
             if pool is not None:
-                futs = [pool.submit(run_episode, server, task, seed=rng.randrange(2**31),
+                futs = [pool.submit(episode, server, task, seed=rng.randrange(2**31),
                                     rollout_id=f"{gid}-{k}", group=gid, latency=latencies[j * cfg.group + k])
                         for j, (task, gid) in enumerate((rng.choice(tasks), uuid.uuid4().hex[:12])
                                                         for _ in range(cfg.batch_size // cfg.group))
                         for k in range(cfg.group)]
-                rollouts = [f.result() for f in futs]
+                rollouts = [r for f in futs for r in f.result()]
+                if not rollouts:  # every episode came back without a trainable token
+                    empty += 1
+                    if empty > EMPTY_LIMIT:
+                        raise RuntimeError(f"{empty} synchronous batches in a row hold no trainable token "
+                                           "(every action dropped by the masks?): nothing to train")
+                    continue
+                empty = 0
             else:
                 groups = None
                 while groups is None:
                     groups = buffer.take(cfg.batch_size, learner.version, timeout=1.0)
                     if workers.errors:
-                        raise RuntimeError("a rollout worker failed") from workers.errors[0]
+                        raise RuntimeError(f"a rollout worker failed: {workers.errors[0]}") from workers.errors[0]
                 rollouts = [r for g in groups for r in g]
             wait_s = time.perf_counter() - t_wait
             t_up = time.perf_counter()
@@ -365,6 +397,8 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTa
                 "reward": sum(r.reward for r in rollouts) / len(rollouts),
                 "entropy": _mean_entropy(rollouts),
                 "turns": sum(r.turns for r in rollouts) / len(rollouts),
+                "guided_rollouts": float(sum(1 for r in rollouts if r.meta.get("guided_steps"))),
+                "dropped_steps": float(sum(r.meta.get("dropped_steps", 0) for r in rollouts)),
                 "episode_s": sum(r.seconds for r in rollouts) / len(rollouts),
                 "wait_s": wait_s, "update_s": time.perf_counter() - t_up,
                 "policy_version": float(learner.version), "dropped_stale": float(buffer.dropped),

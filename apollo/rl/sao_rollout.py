@@ -42,7 +42,7 @@ class PolicyServer:
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, temperature: float = 1.0,
-                 max_new_tokens: int = 32, max_batch: int = 1):
+                 max_new_tokens: int = 32, max_batch: int = 1, max_len: int | None = None):
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -58,7 +58,7 @@ class PolicyServer:
         self.batcher = None
         if int(max_batch) > 1:
             self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=[self.eos_id],
-                                         sample=self._sample, prefill=self._prefill)
+                                         sample=self._sample, prefill=self._prefill, max_len=max_len)
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
         with self._gate:

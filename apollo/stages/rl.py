@@ -2,9 +2,13 @@
 ``data/models/<variant>/s<seed>`` (evaluated by ``evaluate@<variant>-<seed>`` like any trained variant).
 
 Methods: ``appo`` (:mod:`apollo.rl.appo_loop`; params ``appo``, a variant's overrides in
-``appo.variants.<variant>``). The variant's row in ``experiment.variants`` is ``{policy: <method>}``
-and the variant is listed in ``experiment.<method>`` (the ``rl`` matrix of ``dvc.yaml``) and in
-``experiment.evaluated``. Per-iteration checkpoints go to ``data/checkpoints/<variant>/s<seed>/``
+``appo.variants.<variant>``); ``sao``, ``grpo_async``, ``grpo_sync`` (the asynchronous loop of
+:mod:`apollo.rl.sao_loop` on the mini suite's agent tasks, :mod:`apollo.rl.sao_agent`; params
+``sao`` with ``sao.agent`` for the agent episodes and ``sao.variants.<variant>``, e.g. ``sao_guided``:
+the simulated annotator guides the episodes and the action masks take dropped actions out of the
+loss). The variant's row in ``experiment.variants`` is ``{policy: <method>}``
+and the variant is listed in ``experiment.<method>``, in ``experiment.rl`` (the ``rl`` matrix of
+``dvc.yaml``) and in ``experiment.evaluated``. Per-iteration checkpoints go to ``data/checkpoints/<variant>/s<seed>/``
 (outside the DVC output, which DVC clears before a run), so a killed stage resumes after its last
 finished iteration. MLflow: one metric per iteration (``appo.reward.mean`` …, step = iteration),
 the summary (``appo.reward_slope`` …), the policy registered as ``apollo-policy-<variant>``.
@@ -15,13 +19,20 @@ runs), through :func:`apollo.stages.run_stage` (params guard, MLflow child run, 
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from apollo.config import Paths
+from apollo.schema import atomic_write_text
 
 log = logging.getLogger(__name__)
-METHODS = ("appo",)
+SAO_METHODS = ("sao", "grpo_async", "grpo_sync")
+METHODS = ("appo", *SAO_METHODS)
+# sao.agent / sao.variants keys that shape the agent episodes (the rest are the loop's, apollo.rl.sao_loop.LoopConfig)
+AGENT_KEYS = ("tasks", "max_steps", "context_tokens", "command_timeout_s", "max_output_chars", "masks", "guided",
+              "annotator", "guidance")
 
 
 def check_variant(params: dict[str, Any], variant: str, method: str) -> None:
@@ -35,11 +46,16 @@ def check_variant(params: dict[str, Any], variant: str, method: str) -> None:
     if table[variant].policy != method:
         raise VariantTableError(f"params.yaml: experiment.variants.{variant}.policy is "
                                 f"'{table[variant].policy}', not '{method}'")
-    listed = experiment_section(params).get(method)
+    e = experiment_section(params)
+    listed = e.get(method)
     want = sorted(v.name for v in table.values() if v.policy == method)
     if not isinstance(listed, list) or sorted(listed) != want:
-        raise VariantTableError(f"params.yaml: experiment.{method} is {listed!r} but the variant table gives {want}: "
-                                f"dvc.yaml's rl matrix reads experiment.{method}; list the same variants")
+        raise VariantTableError(f"params.yaml: experiment.{method} is {listed!r} but the variant table gives {want}; "
+                                "list the same variants")
+    rl = sorted(v.name for v in table.values() if v.policy in METHODS)
+    if not isinstance(e.get("rl"), list) or sorted(e["rl"]) != rl:
+        raise VariantTableError(f"params.yaml: experiment.rl is {e.get('rl')!r} but the variant table's RL variants "
+                                f"are {rl}: dvc.yaml's rl matrix reads experiment.rl; list the same variants")
 
 
 def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, variant: str = "appo",
@@ -53,6 +69,8 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
     if "experiment" in params:
         check_variant(params, variant, method)
     paths = paths or Paths.default()
+    if method in SAO_METHODS:
+        return run_sao(params, tracker, paths, variant, method, iterations)
     cfg = AppoConfig.from_params(params, variant)
     seed = int(params.get("seed", 0))
 
@@ -96,8 +114,9 @@ def run_cell(method: str | None, variant: str | None, seed: int | None, *, itera
         @staticmethod
         def run(params, tracker=None, paths=None, variant=variant):
             metrics = mod.run(params, tracker, paths, variant, method, iterations)
-            if register and tracker is not None and (iterations is None or metrics.get("appo.iterations", 0)
-                                                      >= int(params["appo"]["iterations"])):
+            finished = (iterations is None or metrics.get("sao.finished")
+                        or metrics.get("appo.iterations", 0) >= int(params["appo"]["iterations"]))
+            if register and tracker is not None and finished:
                 from apollo.config import project_root
                 from apollo.tracking import log_policy
 
@@ -108,3 +127,124 @@ def run_cell(method: str | None, variant: str | None, seed: int | None, *, itera
             return metrics
 
     return run_stage("rl", variant=variant, seed=seed, module=_Bound, parent_run_id=parent_run_id)
+
+
+def sao_config(params: dict[str, Any], variant: str, method: str) -> tuple[Any, dict[str, Any]]:
+    """(loop config, agent settings) of an SAO-family variant: ``sao`` without its ``stability``,
+    ``agent`` and ``variants`` parts, then ``sao.agent.overrides``, then ``sao.variants.<variant>``;
+    the mode is the method. Unknown keys are named."""
+    from apollo.config import section
+    from apollo.rl.sao_loop import loop_config
+
+    p = dict(section(params, "sao"))
+    p.pop("stability", None)
+    agent = dict(p.pop("agent", None) or {})
+    variants = p.pop("variants", None) or {}
+    over = {**(agent.pop("overrides", None) or {}), **(variants.get(variant) or {})}
+    unknown = sorted(set(agent) - set(AGENT_KEYS))
+    if unknown:
+        raise ValueError(f"params.yaml: sao.agent: unknown key(s) {unknown} (agent keys {list(AGENT_KEYS)}, "
+                         "loop keys under sao.agent.overrides)")
+    for k, v in over.items():
+        (agent if k in AGENT_KEYS else p)[k] = v
+    if p.get("mode", method) != method:
+        log.info("sao: variant %s runs mode %s (its method), not sao.mode %s", variant, method, p.get("mode"))
+    p["mode"] = method
+    p["seed"] = int(params.get("seed", 0))
+    return loop_config(p), agent
+
+
+def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method: str,
+            steps: int | None = None) -> dict[str, Any]:
+    """The asynchronous loop on agent tasks, resumable from ``data/checkpoints/<variant>/s<seed>/``
+    (the persisted buffer and learner state); ``steps`` stops after that many updates."""
+    import contextlib
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from apollo.agent.react import AgentConfig
+    from apollo.config import section
+    from apollo.env.tasks import list_tasks
+    from apollo.rl.sao_agent import AgentEpisodes
+    from apollo.rl.sao_loop import run_loop
+
+    cfg, agent = sao_config(params, variant, method)
+    full_steps = cfg.steps
+    if steps is not None:
+        cfg = dataclasses.replace(cfg, steps=min(int(steps), cfg.steps))
+    tasks = list_tasks(split="train")
+    if agent.get("tasks"):
+        unknown = sorted(set(agent["tasks"]) - {t.task_id for t in tasks})
+        if unknown:
+            raise ValueError(f"params.yaml: sao.agent.tasks: no train task {unknown}")
+        tasks = [t for t in tasks if t.task_id in set(agent["tasks"])]
+    context = int(agent.get("context_tokens", 3800))
+    acfg = AgentConfig(max_steps=int(agent.get("max_steps", 12)), context_tokens=context,
+                       command_timeout_s=float(agent.get("command_timeout_s", 20)),
+                       max_output_chars=int(agent.get("max_output_chars", 1500)))
+    masker = None
+    if agent.get("masks"):
+        from apollo.config import project_root
+        from apollo.supervision.masker import Masker, MaskConfig
+
+        masker = Masker(MaskConfig.from_params(section(params, "mask")), root=project_root())
+    ckpt = paths.checkpoints(variant)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(paths.base_model)
+    tok = AutoTokenizer.from_pretrained(paths.base_model)
+
+    history = ckpt / "history.jsonl"  # every update's stats, across resumes
+
+    def on_log(step: int, m: dict[str, float]) -> None:
+        with open(history, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": step, **m}) + "\n")
+        if tracker is not None:
+            tracker.log_metrics({f"sao.{k}": v for k, v in m.items()}, step=step)
+
+    with contextlib.ExitStack() as stack:
+        channel = None
+        if agent.get("guided"):
+            from apollo.guidance.annotator import AnnotatorConfig
+            from apollo.guidance.runtime import stage_session
+
+            a = agent.get("annotator") or {}
+            acfg_ann = AnnotatorConfig(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
+                                       max_per_trajectory=int(a.get("max_per_trajectory", 3)))
+            db = paths.data / "store" / f"guidance-rl-{variant}-s{paths.seed or 0}.sqlite"  # kept after the run
+            db.parent.mkdir(parents=True, exist_ok=True)
+            channel = stack.enter_context(stage_session({"guidance": agent.get("guidance") or {}}, db, acfg_ann))
+        episodes = AgentEpisodes(tasks, acfg, max_context=context + cfg.max_new_tokens + 64, guidance=channel,
+                                 masker=masker)
+        result = run_loop(model, tok, tasks, cfg, out_dir=ckpt, on_log=on_log, save_every=1,
+                          episode=episodes.episode, max_context=episodes.max_context)
+    if masker is not None:
+        masker.close()
+    hist = [json.loads(line) for line in history.read_text(encoding="utf-8").splitlines() if line.strip()] \
+        if history.exists() else []
+    third = max(1, len(hist) // 3)
+    rewards = [h["reward"] for h in hist]
+    summary = {"sao.steps": float(result["steps"]), "sao.policy_version": float(result["policy_version"]),
+               "sao.trained_samples": float(result["trained_samples"]), "sao.samples_per_s": result["samples_per_s"],
+               "sao.dropped_stale": float(result["dropped_stale"]), "sao.seconds": result["seconds"],
+               "sao.finished": float(result["steps"] >= full_steps)}
+    if rewards:
+        summary.update({"sao.reward_first_third": sum(rewards[:third]) / len(rewards[:third]),
+                        "sao.reward_last_third": sum(rewards[-third:]) / len(rewards[-third:])})
+    if tracker is not None:
+        tracker.log_metrics(summary)
+    if result["steps"] >= full_steps:  # finished: the policy goes where evaluate@<variant>-<seed> reads
+        out = paths.model(variant)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        atomic_write_text(tmp / "sao_stats.json", json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(tmp / "sao_history.json", json.dumps(hist, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.replace(out)
+        shutil.rmtree(ckpt)  # the policy is the DVC output now; a rerun starts afresh
+    return summary
