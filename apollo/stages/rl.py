@@ -205,6 +205,8 @@ def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method:
             tracker.log_metrics({f"sao.{k}": v for k, v in m.items()}, step=step)
 
     with contextlib.ExitStack() as stack:
+        if masker is not None:
+            stack.callback(masker.close)
         channel = None
         if agent.get("guided"):
             from apollo.guidance.annotator import AnnotatorConfig
@@ -220,8 +222,6 @@ def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method:
                                  masker=masker)
         result = run_loop(model, tok, tasks, cfg, out_dir=ckpt, on_log=on_log, save_every=1,
                           episode=episodes.episode, max_context=episodes.max_context)
-    if masker is not None:
-        masker.close()
     hist = [json.loads(line) for line in history.read_text(encoding="utf-8").splitlines() if line.strip()] \
         if history.exists() else []
     third = max(1, len(hist) // 3)
