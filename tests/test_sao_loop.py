@@ -260,3 +260,21 @@ def test_batched_policy_server_matches_lone_turns_and_publish_waits_for_turns_in
         # a turn sees one version: the one before the publish, or (started after it) the one after
         assert g_version in (0, 1) and version == 0
     assert published["v"] == 1 and batched.version == 1
+
+
+def test_stability_settings_read_the_projects_params():
+    """`make stability` reads params.yaml's `sao` beside its `agent` / `variants` subsections: the
+    loop gets the stability overrides and none of the other subsections' keys."""
+    from apollo.config import load_params, project_root
+    from apollo.rl.sao_stability import settings
+
+    params = load_params(project_root() / "params.yaml")
+    st = settings(params, steps=7)
+    cfg = loop_config(st["loop"])
+    over = params["sao"]["stability"]["overrides"]
+    assert st["steps"] == 7 and st["modes"] == params["sao"]["stability"]["modes"]
+    assert {k: getattr(cfg, k) for k in over} == over
+    assert not {"agent", "variants", "stability"} & set(st["loop"])
+    bad = {"sao": {**params["sao"], "stability": {**params["sao"]["stability"], "overrides": {"lr": 1.0}}}}
+    with pytest.raises(ValueError, match=r"sao: unknown keys \['lr'\]"):
+        settings(bad)

@@ -102,6 +102,17 @@ class LoopConfig:
         return 1 if self.mode == "sao" else self.group_size
 
 
+# Subsections of params ``sao`` that are not loop fields: the stability run's, the agent stages' and
+# the per-variant overlays (read by apollo.rl.sao_stability and apollo.stages.rl.sao_config).
+SUBSECTIONS = ("stability", "agent", "variants")
+
+
+def split_section(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(loop keys, subsections)`` of params ``sao``."""
+    loop = {k: v for k, v in section.items() if k not in SUBSECTIONS}
+    return loop, {k: dict(section.get(k) or {}) for k in SUBSECTIONS}
+
+
 def loop_config(section: Mapping[str, Any], **overrides: Any) -> LoopConfig:
     known = {f.name for f in fields(LoopConfig)}
     merged = {**dict(section), **overrides}

@@ -109,6 +109,23 @@ def plot(histories: dict[str, list[dict[str, float]]], path: Path) -> None:
     tmp.replace(path)
 
 
+def settings(params: dict[str, Any], *, steps: int | None = None, time_budget_s: float | None = None,
+             out: str | None = None) -> dict[str, Any]:
+    """The run's settings from params (``sao`` minus its subsections, overlaid with
+    ``sao.stability.overrides``) and the command line; the loop config is checked here, before any
+    process starts, so a bad key is named at once."""
+    from apollo.rl.sao_loop import loop_config, split_section
+
+    loop, subs = split_section(dict(params.get("sao") or {}))
+    stab = subs["stability"]
+    loop = {**loop, **dict(stab.get("overrides") or {})}
+    loop_config(loop)  # names unknown keys
+    return {"loop": loop, "steps": int(steps or stab.get("steps", 1000)),
+            "time_budget_s": time_budget_s if time_budget_s is not None else stab.get("time_budget_s"),
+            "modes": list(stab.get("modes", ["sao", "grpo_async"])),
+            "model": stab.get("model", "data/models/base"), "out": out or stab.get("out", "data/rl/stability")}
+
+
 def main(argv: list[str] | None = None) -> int:
     from apollo import tracking
     from apollo.config import load_params, project_root
@@ -120,16 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(processName)s %(message)s")
-    section = dict(load_params(args.params).get("sao") or {})
-    stab = dict(section.pop("stability", None) or {})
-    loop = {**section, **dict(stab.get("overrides") or {})}
-    steps = int(args.steps or stab.get("steps", 1000))
-    budget = args.time_budget_s if args.time_budget_s is not None else stab.get("time_budget_s")
-    modes = list(stab.get("modes", ["sao", "grpo_async"]))
-    model_path = str(project_root() / stab.get("model", "data/models/base"))
+    st = settings(load_params(args.params), steps=args.steps, time_budget_s=args.time_budget_s, out=args.out)
+    loop, steps, budget, modes = st["loop"], st["steps"], st["time_budget_s"], st["modes"]
+    model_path = str(project_root() / st["model"])
     if not Path(model_path, "config.json").exists():
         raise SystemExit(f"{model_path}: no model (build it with `python -m apollo stage bootstrap`)")
-    out = project_root() / (args.out or stab.get("out", "data/rl/stability"))
+    out = project_root() / st["out"]
     out.mkdir(parents=True, exist_ok=True)
     parent = tracking.start_parent_run("sao_stability", params={"steps": steps, "modes": modes})
     ctx = mp.get_context("spawn")

@@ -134,12 +134,10 @@ def sao_config(params: dict[str, Any], variant: str, method: str) -> tuple[Any, 
     ``agent`` and ``variants`` parts, then ``sao.agent.overrides``, then ``sao.variants.<variant>``;
     the mode is the method. Unknown keys are named."""
     from apollo.config import section
-    from apollo.rl.sao_loop import loop_config
+    from apollo.rl.sao_loop import loop_config, split_section
 
-    p = dict(section(params, "sao"))
-    p.pop("stability", None)
-    agent = dict(p.pop("agent", None) or {})
-    variants = p.pop("variants", None) or {}
+    p, subs = split_section(section(params, "sao"))
+    agent, variants = subs["agent"], subs["variants"]
     over = {**(agent.pop("overrides", None) or {}), **(variants.get(variant) or {})}
     unknown = sorted(set(agent) - set(AGENT_KEYS))
     if unknown:
