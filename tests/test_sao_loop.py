@@ -273,8 +273,41 @@ def test_stability_settings_read_the_projects_params():
     cfg = loop_config(st["loop"])
     over = params["sao"]["stability"]["overrides"]
     assert st["steps"] == 7 and st["modes"] == params["sao"]["stability"]["modes"]
+    assert st["warm_start"]["steps"] == params["sao"]["stability"].get("warm_start", {}).get("steps", 0)
     assert {k: getattr(cfg, k) for k in over} == over
     assert not {"agent", "variants", "stability"} & set(st["loop"])
     bad = {"sao": {**params["sao"], "stability": {**params["sao"]["stability"], "overrides": {"lr": 1.0}}}}
     with pytest.raises(ValueError, match=r"sao: unknown keys \['lr'\]"):
         settings(bad)
+
+
+def test_demonstration_rollout_layout_and_warm_start_learns_it(model, tok):
+    """A scripted episode has the sampled episode's layout (prompt, action + <|im_end|>, tool turn,
+    action); cloning it lowers its loss and the demo's reward is the environment's."""
+    import random
+
+    from apollo.env.sanity import demonstration
+    from apollo.rl.sao_loop import demonstration_rollout, rollout_batch, warm_start
+    from apollo.train.objectives import token_losses
+
+    task = make_tasks(1)[0]
+    texts = demonstration(task, random.Random(3))
+    d = demonstration_rollout(tok, task, random.Random(3))
+    server = PolicyServer(model, tok)
+    assert d.input_ids[:len(server.prompt_ids(task.messages()))] == server.prompt_ids(task.messages())
+    acted = [i for i, m in zip(d.input_ids, d.action_mask) if m]
+    assert tok.decode(acted, skip_special_tokens=True).replace("\n", "") == "".join(texts).replace("\n", "")
+    assert acted.count(server.eos_id) == 2 and d.turns == 2
+    env = CountdownEnv(task)
+    for t in texts:
+        env.step(t)
+    assert d.reward == pytest.approx(env.reward()) and 0.3 <= d.reward <= 1.0
+
+    demos = [demonstration_rollout(tok, t, random.Random(i)) for i, t in enumerate(make_tasks(8))]
+    batch = rollout_batch(demos)
+    before = token_losses(model, batch)
+    stats = warm_start(model, tok, make_tasks(8), steps=15, lr=3e-3, batch_size=4)
+    after = token_losses(model, batch)
+    assert after[1] == before[1]
+    assert after[0] / after[1] < 0.7 * before[0] / before[1]
+    assert stats["loss_last"] < stats["loss_first"] and stats["steps"] == 15

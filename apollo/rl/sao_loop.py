@@ -42,10 +42,10 @@ from typing import Any
 
 import torch
 
-from apollo.env.sanity import CountdownTask
+from apollo.env.sanity import CountdownEnv, CountdownTask, demonstration
 from apollo.rl.losses import grpo_advantages, token_advantages
 from apollo.rl.sao import policy_lambda, skip_observation_gae
-from apollo.rl.sao_rollout import PolicyServer, Rollout, RolloutBuffer, run_episode
+from apollo.rl.sao_rollout import PolicyServer, Rollout, RolloutBuffer, observation_ids, prompt_ids, run_episode
 from apollo.rl.value import ValueModel, explained_variance, value_loss
 from apollo.train.batching import IGNORE_INDEX
 from apollo.train.config import TrainConfig
@@ -138,6 +138,28 @@ def make_latency(spec: Mapping[str, Any], seed: int) -> Callable[[], float] | No
     raise ValueError(f"sao.latency.dist: unknown {kind!r} (none, fixed, pareto)")
 
 
+def rollout_batch(rollouts: Sequence[Rollout], pad_id: int = 0) -> dict[str, Any]:
+    """The trainer's batch layout (:func:`~apollo.train.batching.collate`: ``input_ids``, ``labels``
+    = the action tokens, ``position_ids``, per-token ``rollout_logprobs``), one rollout per row,
+    right-padded without an attention mask: under causal attention a real token never sees the
+    padding after it, and the plain causal kernel is several times faster than a dense mask."""
+    width = max(len(r.input_ids) for r in rollouts)
+    b = len(rollouts)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    labels = torch.full((b, width), IGNORE_INDEX, dtype=torch.long)
+    lps = torch.zeros((b, width), dtype=torch.float32)
+    for i, r in enumerate(rollouts):
+        n = len(r.input_ids)
+        ids[i, :n] = torch.tensor(r.input_ids)
+        m = torch.tensor(r.action_mask, dtype=torch.bool)
+        labels[i, :n] = torch.where(m, ids[i, :n], IGNORE_INDEX)
+        lps[i, :n] = torch.tensor(r.logprobs, dtype=torch.float32)
+    labels[:, 0] = IGNORE_INDEX
+    pos = torch.arange(width).expand(b, width).contiguous()
+    return {"input_ids": ids, "labels": labels, "position_ids": pos, "attention_mask": None,
+            "rollout_logprobs": lps}
+
+
 class Learner:
     """The trainer side: the policy (trained in place), the critic (SAO) and their optimizer engines."""
 
@@ -163,25 +185,7 @@ class Learner:
         return self.critic is not None and self.step < self.cfg.critic_warmup_steps
 
     def batch(self, rollouts: Sequence[Rollout]) -> dict[str, Any]:
-        """The trainer's batch layout (:func:`~apollo.train.batching.collate`: ``input_ids``, ``labels``
-        = the action tokens, ``position_ids``, per-token ``rollout_logprobs``), one rollout per row,
-        right-padded without an attention mask: under causal attention a real token never sees the
-        padding after it, and the plain causal kernel is several times faster than a dense mask."""
-        width = max(len(r.input_ids) for r in rollouts)
-        b = len(rollouts)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
-        labels = torch.full((b, width), IGNORE_INDEX, dtype=torch.long)
-        lps = torch.zeros((b, width), dtype=torch.float32)
-        for i, r in enumerate(rollouts):
-            n = len(r.input_ids)
-            ids[i, :n] = torch.tensor(r.input_ids)
-            m = torch.tensor(r.action_mask, dtype=torch.bool)
-            labels[i, :n] = torch.where(m, ids[i, :n], IGNORE_INDEX)
-            lps[i, :n] = torch.tensor(r.logprobs, dtype=torch.float32)
-        labels[:, 0] = IGNORE_INDEX
-        pos = torch.arange(width).expand(b, width).contiguous()
-        return {"input_ids": ids, "labels": labels, "position_ids": pos, "attention_mask": None,
-                "rollout_logprobs": lps}
+        return rollout_batch(rollouts, self.pad_id)
 
     def update(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
         """One policy update (or, during warm-up, critic updates only) on ``rollouts``; returns stats."""
@@ -271,6 +275,64 @@ def staleness_stats(rollouts: Sequence[Rollout], version: int) -> dict[str, floa
 
 # one episode → its training rows: (server, task, *, seed, rollout_id, group, latency) -> [Rollout]
 EpisodeFn = Callable[..., list[Rollout]]
+
+
+def demonstration_rollout(tokenizer: Any, task: CountdownTask, rng: random.Random) -> Rollout:
+    """A scripted countdown episode (:func:`apollo.env.sanity.demonstration`) in the exact token
+    layout :func:`~apollo.rl.sao_rollout.run_episode` gives a sampled one; its reward is the
+    environment's."""
+    eos = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    env = CountdownEnv(task)
+    ids = prompt_ids(tokenizer, task.messages())
+    mask = [0] * len(ids)
+    for text in demonstration(task, rng):
+        a = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
+        ids += a
+        mask += [1] * len(a)
+        obs, done = env.step(text)
+        if done:
+            break
+        o = observation_ids(tokenizer, obs)
+        ids += o
+        mask += [0] * len(o)
+    n = len(ids)
+    return Rollout(f"demo-{task.task_id}", task.task_id, "demo", ids, mask, [0.0] * n, [0.0] * n, [-1] * n,
+                   env.reward(), env.calls, 0.0, time.time())
+
+
+def warm_start(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[CountdownTask], *, steps: int,
+               lr: float = 1e-3, batch_size: int = 8, seed: int = 0, num_threads: int | None = None) -> dict[str, float]:
+    """Behaviour cloning on scripted countdown episodes (``steps`` AdamW steps of ``batch_size``
+    episodes, masked NLL on the action tokens), in place: the embedded model was cloned from
+    research-task demonstrations and calls research tools; after this it calls ``calc`` then
+    ``submit`` (with random operators, so the arithmetic is left to RL). Returns the demos' mean
+    reward and the first / last loss."""
+    from apollo.train.objectives import SFTObjective
+
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    torch.manual_seed(seed)
+    rng = random.Random(f"{seed}:warm_start")
+    cfg = LoopConfig(steps=steps, batch_size=batch_size, seed=seed, actor_lr=lr)
+    engine = TorchEngine(model, _train_cfg(lr, cfg), steps)
+    pad = int(getattr(model.config, "pad_token_id", None) or 0)
+    losses: list[float] = []
+    rewards: list[float] = []
+    model.train()
+    for _ in range(steps):
+        demos = [demonstration_rollout(tokenizer, rng.choice(list(tasks)), rng) for _ in range(batch_size)]
+        rewards += [d.reward for d in demos]
+        b = rollout_batch(demos, pad)
+        out = token_logprobs(model, b)
+        loss_sum, _ = SFTObjective()(b, out)
+        loss = loss_sum / max(1, int(out.mask.sum()))
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    k = max(1, min(10, len(losses)))
+    return {"demo_reward": sum(rewards) / max(1, len(rewards)), "loss_first": sum(losses[:k]) / k,
+            "loss_last": sum(losses[-k:]) / k, "steps": float(steps)}
 
 
 def countdown_episode(server: PolicyServer, task: CountdownTask, **kw: Any) -> list[Rollout]:

@@ -29,6 +29,18 @@ from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, kv_of, sample_
 from apollo.env.sanity import CountdownEnv, CountdownTask
 
 
+def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """An episode's first tokens: the chat template up to the first assistant header."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def observation_ids(tokenizer: Any, text: str) -> list[int]:
+    """Tokens after an assistant turn's ``<|im_end|>``: the tool turn, then the next assistant header."""
+    return list(tokenizer.encode(f"\n<|im_start|>tool\n{text}<|im_end|>\n<|im_start|>assistant\n",
+                                 add_special_tokens=False))
+
+
 class PolicyServer:
     """The served policy of the loop: a copy of the trainer's model that workers sample from.
 
@@ -112,13 +124,10 @@ class PolicyServer:
                 self._gate.notify_all()
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return prompt_ids(self.tokenizer, messages)
 
     def observation_ids(self, text: str) -> list[int]:
-        """Tokens after an assistant turn's ``<|im_end|>``: the tool turn, then the next assistant header."""
-        return list(self.tokenizer.encode(f"\n<|im_start|>tool\n{text}<|im_end|>\n<|im_start|>assistant\n",
-                                          add_special_tokens=False))
+        return observation_ids(self.tokenizer, text)
 
 
 @dataclass

@@ -123,7 +123,37 @@ def settings(params: dict[str, Any], *, steps: int | None = None, time_budget_s:
     return {"loop": loop, "steps": int(steps or stab.get("steps", 1000)),
             "time_budget_s": time_budget_s if time_budget_s is not None else stab.get("time_budget_s"),
             "modes": list(stab.get("modes", ["sao", "grpo_async"])),
-            "model": stab.get("model", "data/models/base"), "out": out or stab.get("out", "data/rl/stability")}
+            "model": stab.get("model", "data/models/base"), "out": out or stab.get("out", "data/rl/stability"),
+            "warm_start": {"steps": 0, "lr": 1e-3, "batch_size": 8, **dict(stab.get("warm_start") or {})}}
+
+
+def warm_start_model(model_path: str, out: Path, spec: dict[str, Any], loop: dict[str, Any]) -> tuple[str, dict[str, float]]:
+    """Clone the scripted countdown episodes into ``model_path``'s policy once (both modes start
+    from it); written to ``out/warm_start`` through a temporary directory. Returns its path and stats."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from apollo.env.sanity import make_tasks
+    from apollo.rl.sao_loop import loop_config, warm_start
+
+    cfg = loop_config(loop)
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    log.info("warm start: %d steps of behaviour cloning on scripted countdown episodes", spec["steps"])
+    stats = warm_start(model, tok, make_tasks(cfg.n_tasks, seed=cfg.seed), steps=int(spec["steps"]),
+                       lr=float(spec["lr"]), batch_size=int(spec["batch_size"]), seed=cfg.seed,
+                       num_threads=torch.get_num_threads())
+    dest, tmp = out / "warm_start", out / "warm_start.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    log.info("warm start: demo reward %.3f, loss %.3f -> %.3f", stats["demo_reward"], stats["loss_first"],
+             stats["loss_last"])
+    return str(dest), stats
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,10 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{model_path}: no model (build it with `python -m apollo stage bootstrap`)")
     out = project_root() / st["out"]
     out.mkdir(parents=True, exist_ok=True)
-    parent = tracking.start_parent_run("sao_stability", params={"steps": steps, "modes": modes})
+    parent = tracking.start_parent_run("sao_stability", params={"steps": steps, "modes": modes,
+                                                                "warm_start": st["warm_start"]})
     ctx = mp.get_context("spawn")
     results: dict[str, Any] = {}
     try:
+        warm: dict[str, float] = {}
+        if int(st["warm_start"]["steps"]) > 0:
+            model_path, warm = warm_start_model(model_path, out, st["warm_start"], loop)
+            parent.log_metrics({f"warm_start.{k}": v for k, v in warm.items()})
         with ProcessPoolExecutor(len(modes), mp_context=ctx) as pool:
             futs = {m: pool.submit(_run_mode, m, loop, model_path, str(out), steps, budget, parent.run_id)
                     for m in modes}
@@ -158,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = {m: {**summarize(histories[m]), "samples_per_s": results[m]["samples_per_s"],
                        "seconds": results[m]["seconds"], "dropped_stale": results[m]["dropped_stale"]}
                    for m in modes}
+        summary["warm_start"] = warm
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         parent.log_artifact(out / "stability.png")
         parent.log_artifact(out / "summary.json")
@@ -165,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         tracking.end_run(parent, "FAILED")
         raise
     tracking.end_run(parent)
-    for m, s in summary.items():
+    if warm:
+        print(f"warm start: {int(warm['steps'])} steps, demo reward {warm['demo_reward']:.3f}, "
+              f"loss {warm['loss_first']:.3f} -> {warm['loss_last']:.3f}")
+    for m in modes:
+        s = summary[m]
         print(f"{m}: {int(s['steps'])} updates in {s['seconds']:.0f} s; reward {s['reward.first']:.3f} -> "
               f"{s['reward.last']:.3f}, entropy {s['entropy.first']:.3f} -> {s['entropy.last']:.3f}, "
               f"grad_norm {s['grad_norm.first']:.3f} -> {s['grad_norm.last']:.3f}")
