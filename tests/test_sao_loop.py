@@ -286,8 +286,7 @@ def test_demonstration_rollout_layout_and_warm_start_learns_it(model, tok):
     action); cloning it lowers its loss and the demo's reward is the environment's."""
     import random
 
-    from apollo.env.sanity import demonstration
-    from apollo.rl.sao_loop import demonstration_rollout, rollout_batch, warm_start
+    from apollo.rl.sao_loop import demonstration, demonstration_rollout, rollout_batch, warm_start
     from apollo.train.objectives import token_losses
 
     task = make_tasks(1)[0]

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from apollo.agent.actions import format_action, parse_action
+from apollo.agent.actions import parse_action
 
 FAMILY = "countdown"
 DOMAIN = "sanity"
@@ -83,18 +83,6 @@ def make_task(task_id: str, split: str, seed: int, *, n_numbers: int = 3, max_st
 
 def make_tasks(n: int, split: str = "train", seed: int = 0, **kw: Any) -> list[CountdownTask]:
     return [make_task(f"{PREFIX}-{split}-{i:04d}", split, seed * 100_000 + i, **kw) for i in range(n)]
-
-
-def demonstration(task: CountdownTask, rng: random.Random) -> list[str]:
-    """A scripted episode for a warm start (assistant texts, Hermes tool calls): ``calc`` over the
-    numbers in their order with random ``+ - *`` operators — right only by chance (1 in 9 for three
-    numbers), so a policy cloned from it has the format and room to learn the arithmetic — then
-    ``submit`` the value ``calc`` returned."""
-    expr = str(task.numbers[0])
-    for i, n in enumerate(task.numbers[1:]):
-        expr = f"{'(' + expr + ')' if i else expr}{rng.choice('+-*')}{n}"
-    return [format_action("", "calc", {"expression": expr}),
-            format_action("", "submit", {"answer": int(safe_eval(expr))})]
 
 
 def generate(task_dir: Path, task_id: str, split: str, seed: int) -> None:

@@ -42,7 +42,8 @@ from typing import Any
 
 import torch
 
-from apollo.env.sanity import CountdownEnv, CountdownTask, demonstration
+from apollo.agent.actions import format_action
+from apollo.env.sanity import CountdownEnv, CountdownTask, safe_eval
 from apollo.rl.losses import grpo_advantages, token_advantages
 from apollo.rl.sao import policy_lambda, skip_observation_gae
 from apollo.rl.sao_rollout import PolicyServer, Rollout, RolloutBuffer, observation_ids, prompt_ids, run_episode
@@ -275,6 +276,19 @@ def staleness_stats(rollouts: Sequence[Rollout], version: int) -> dict[str, floa
 
 # one episode → its training rows: (server, task, *, seed, rollout_id, group, latency) -> [Rollout]
 EpisodeFn = Callable[..., list[Rollout]]
+
+
+def demonstration(task: CountdownTask, rng: random.Random) -> list[str]:
+    """A scripted countdown episode for a warm start (assistant texts, Hermes tool calls): ``calc``
+    over the numbers in their order with random ``+ - *`` operators — right only by chance (1 in 9
+    for three numbers), so a policy cloned from it has the format and room to learn the arithmetic —
+    then ``submit`` the value ``calc`` returned. (Here, not in :mod:`apollo.env.sanity`: that package
+    is a dependency of every Apollo stage in ``dvc.yaml``.)"""
+    expr = str(task.numbers[0])
+    for i, n in enumerate(task.numbers[1:]):
+        expr = f"{'(' + expr + ')' if i else expr}{rng.choice('+-*')}{n}"
+    return [format_action("", "calc", {"expression": expr}),
+            format_action("", "submit", {"answer": int(safe_eval(expr))})]
 
 
 def demonstration_rollout(tokenizer: Any, task: CountdownTask, rng: random.Random) -> Rollout:
