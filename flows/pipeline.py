@@ -19,6 +19,12 @@ Parameters (also what a UI trigger fills in):
   and written to ``data/run/`` (not a DVC output). DVC caches each finished stage, so a killed run
   resumes where it stopped.
 
+A stale ``rl@<variant>-<seed>`` stage runs as the RL subflow (:func:`flows.rl.rl_cell`): a task per
+training segment (APPO iteration, or ``sao.agent.updates_per_task`` updates), each resuming from the
+last one's checkpoint, the last segment through DVC; an up-to-date one is a plain ``dvc repro``
+(skipped). A stage that is stale but in DVC's run cache still trains its segments before the final
+``dvc repro`` restores it (``dvc status`` does not tell the two apart).
+
 Entrypoint for deployments: ``flows/pipeline.py:pipeline``. From a shell: ``python -m flows.pipeline``
 (every cell; ``make experiment``), ``--seeds 0`` (``make run``), ``--variants full untrained``,
 ``--force STAGE``, ``--set key=value`` (an experiment).
@@ -42,7 +48,8 @@ from prefect.logging import get_run_logger  # noqa: E402
 
 from apollo.config import load_params, project_root  # noqa: E402
 from apollo.tracking import end_run, run_url, start_parent_run, tracking_uri  # noqa: E402
-from tasks.dvc_tasks import experiment_name, resolve_force, stage_closure, stage_order, workspace_lock  # noqa: E402
+from tasks.dvc_tasks import (experiment_name, resolve_force, stage_closure, stage_is_stale, stage_order,  # noqa: E402
+                             workspace_lock)
 from tasks.stage_tasks import DEFAULT_TIMEOUT_S, experiment_task, stage_task  # noqa: E402
 
 log = logging.getLogger("apollo.pipeline")
@@ -126,8 +133,12 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
             else:
                 for i, stage in enumerate(order, 1):
                     logger.info("[%d/%d] %s", i, len(order), stage)  # progress over the selected cells' stages
-                    res = stage_task(stage, stage_timeout_s)(str(root_path), stage, force=stage in forced,
-                                                             env=env, timeout_s=stage_timeout_s)
+                    if stage.startswith("rl@") and (stage in forced or stage_is_stale(root_path, stage)):
+                        res = rl_subflow(root_path, stage, force=stage in forced, parent_run_id=parent.run_id,
+                                         timeout_s=stage_timeout_s)
+                    else:
+                        res = stage_task(stage, stage_timeout_s)(str(root_path), stage, force=stage in forced,
+                                                                 env=env, timeout_s=stage_timeout_s)
                     summary["stages"].append(res)
                     summary[res["status"]].append(stage)
                     if res["status"] != "skipped":
@@ -158,6 +169,22 @@ def pipeline(force: list[str] | None = None, params: dict[str, Any] | None = Non
     except Exception as e:  # an artifact is a view; the run's results are already recorded
         logger.warning("could not create the results artifact: %s", e)
     return summary
+
+
+def rl_subflow(root: Path, stage: str, *, force: bool, parent_run_id: str, timeout_s: float) -> dict[str, Any]:
+    """A stale ``rl@<variant>-<seed>`` stage as the RL subflow (:func:`flows.rl.rl_cell`: a task per
+    training segment, the last through DVC), inside this flow's workspace lock."""
+    from apollo.experiment.variants import seeds as table_seeds
+    from flows.rl import rl_cell
+
+    cell = stage.split("@", 1)[1]
+    params = load_params(root / "params.yaml")
+    for seed in table_seeds(params):
+        if cell.endswith(f"-{seed}"):
+            variant = cell[: -len(f"-{seed}")]
+            return rl_cell(variant=variant, seed=seed, root=str(root), stage_timeout_s=timeout_s,
+                           parent_run_id=parent_run_id, lock=False, force=force)
+    raise ValueError(f"{stage}: not an rl@<variant>-<seed> cell of params.yaml experiment.seeds")
 
 
 def select_cells(root: Path, variants: list[str] | None, seeds: list[int] | None) -> dict[str, Any]:

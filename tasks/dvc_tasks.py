@@ -132,6 +132,17 @@ def stage_closure(root: Path, targets: list[str]) -> set[str]:
             repo.close()
 
 
+def stage_is_stale(root: Path, stage: str) -> bool:
+    """Whether ``dvc status`` reports ``stage`` (alone, not its upstream) as changed: a stage that
+    ``dvc repro`` would run or restore from the run cache."""
+    with dvc_lock(root):
+        repo = _repo(root)
+        try:
+            return bool(repo.status(targets=[stage]))
+        finally:
+            repo.close()
+
+
 def resolve_force(names: list[str] | None, stages: list[str]) -> list[str]:
     """Stage addresses for ``force``: a stage address, or a foreach/matrix group (``evaluate`` means
     every ``evaluate@…``). An unknown name fails and lists the known ones."""

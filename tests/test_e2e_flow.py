@@ -3,7 +3,8 @@
 Small params (micro model, one task per split, few steps, one seed of the four Apollo variants)
 keep it to a few minutes. Rollouts
 use the ``scripted`` backend (noisy expert demonstrations), so the tiny untrained policy still
-yields trainable actions; evaluation runs the real HF policies. Checks:
+yields trainable actions; evaluation runs the real HF policies; one SAO cell (3 updates) runs as
+the RL subflow. Checks:
 every stage ran through DVC (``dvc status`` clean), MLflow holds one parent run with a child per
 stage and the trained policy in its registry, ``dvc metrics show``/``dvc plots show`` print the
 results; a second run runs no stage.
@@ -45,10 +46,12 @@ SMALL = {
     "experiment": {"seeds": [0], "baseline": "untrained",
                    "variants": {"untrained": {"policy": "base"}, "full": {"rollouts": "guided", "masks": True},
                                 "no_mask": {"rollouts": "guided", "masks": False},
-                                "no_human": {"rollouts": "unguided", "masks": True}},
+                                "no_human": {"rollouts": "unguided", "masks": True},
+                                "sao": {"policy": "sao"}},
                    "rollouts": ["guided", "unguided"], "sft_guided": ["full", "no_mask"],
-                   "sft_unguided": ["no_human"], "trained": ["full", "no_mask", "no_human"], "appo": [], "rl": [],
-                   "evaluated": ["full", "no_mask", "no_human"],
+                   "sft_unguided": ["no_human"], "trained": ["full", "no_mask", "no_human"], "appo": [], "sao": ["sao"],
+                   "grpo_async": [], "grpo_sync": [], "rl": ["sao"],
+                   "evaluated": ["full", "no_mask", "no_human", "sao"],
                    "bootstrap": {"resamples": 500, "seed": 0, "confidence": 0.95},
                    "tts": {"steps": [1, 2, 4, 8], "wall_s": [5, 30, 120]}},
 }
@@ -56,6 +59,12 @@ SMALL = {
 _REPO = yaml.safe_load((ROOT / "params.yaml").read_text())
 SMALL["train"] = {**_REPO["train"], **SMALL["train"]}
 SMALL["bootstrap"]["sft"] = {**_REPO["bootstrap"]["sft"], **SMALL["bootstrap"]["sft"]}
+# one SAO cell (the rl stage runs as the Prefect RL subflow: a task per update, the last through DVC)
+SMALL["appo"] = _REPO["appo"]  # a params dependency of every rl stage
+SMALL["sao"] = {**_REPO["sao"], "agent": {
+    **_REPO["sao"]["agent"], "tasks": ["df-train-01"], "max_steps": 3, "context_tokens": 2000, "updates_per_task": 1,
+    "overrides": {**_REPO["sao"]["agent"]["overrides"], "steps": 3, "batch_size": 1, "group_size": 1, "workers": 1,
+                  "buffer_capacity": 2, "critic_warmup_steps": 1, "max_new_tokens": 24, "max_batch": 1}}}
 
 
 def _copy_project(dst: Path) -> None:
@@ -90,11 +99,12 @@ def test_pipeline_end_to_end(tmp_path):
     _run(["git", "add", "-A"], proj, env)  # a commit: runs are tagged with it (git_commit)
     _run(["git", "commit", "-q", "-m", "project"], proj, env)
     out = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
-    for stage in ("suite", "bootstrap", "rollout@guided-0", "rollout@unguided-0", "build_guided@no_mask-0",
+    for stage in ("suite", "bootstrap", "rl@sao-0", "evaluate@sao-0", "rollout@guided-0", "rollout@unguided-0",
+                  "build_guided@no_mask-0",
                   "train@no_human-0", "evaluate@full-0", "evaluate_untrained@0", "reference", "experiment"):
         assert f"{stage}," in out.split("stages run:")[1].split("\n")[0] + ",", stage
     assert "| variant | seeds | k |" in out and "final − untrained" in out
-    assert "cells: untrained/0, full/0, no_mask/0, no_human/0 (all)" in out
+    assert "cells: untrained/0, full/0, no_mask/0, no_human/0, sao/0 (all)" in out
 
     # artifacts of every stage
     for p in ("data/suite/suite.json", "data/suite/test/df-test-01/evaluations/df-test-01/hint.md",
@@ -108,7 +118,7 @@ def test_pipeline_end_to_end(tmp_path):
     assert not any(s.guidance for line in (proj / "data/rollouts/unguided/s0/train.jsonl").read_text().splitlines()
                    for s in Trajectory.model_validate_json(line).steps)
     results = json.loads((proj / "data/experiment/results.json").read_text())
-    assert list(results) == ["untrained", "full", "no_mask", "no_human"]
+    assert list(results) == ["untrained", "full", "no_mask", "no_human", "sao"]
     for v in results.values():
         assert v["seeds"] == [0]
         assert 0 <= v["final_ci"][0] <= v["final_mean"] <= v["final_ci"][1] <= 100
@@ -134,6 +144,19 @@ def test_pipeline_end_to_end(tmp_path):
     assert {"suite", "bootstrap", "rollout@guided-0", "rollout@unguided-0", "guidance@guided-0", "mask@guided-0",
             "build@full-0", "train@full-0", "train@no_mask-0", "evaluate@untrained-0", "evaluate@no_human-0",
             "evaluate@reference", "experiment"} <= set(children)
+    # the RL subflow: updates 1 and 2 as Prefect tasks logging to rl@sao-0/segments, update 3 through DVC
+    assert {"rl@sao-0", "rl@sao-0/segments", "evaluate@sao-0"} <= set(children)
+    seg_steps = {s for s, in db.execute("select step from metrics where key='sao.reward' and run_uuid=?",
+                                        (children["rl@sao-0/segments"],))}
+    assert seg_steps == {1, 2}
+    assert {s for s, in db.execute("select step from metrics where key='sao.reward' and run_uuid=?",
+                                   (children["rl@sao-0"],))} == {3}
+    pdb = sqlite3.connect(tmp_path / "prefect" / "prefect.db")
+    task_runs = {n for n, in pdb.execute("select name from task_run")}
+    assert {"sao-s0-to-1", "sao-s0-to-2", "rl@sao-0"} <= task_runs, sorted(task_runs)
+    assert "apollo-rl" in {n for n, in pdb.execute("select name from flow")}
+    assert json.loads((proj / "data/models/sao/s0/sao_stats.json").read_text())["sao.steps"] == 3
+    assert not (proj / "data/checkpoints/sao/s0").exists()
     tags = dict(db.execute("select key, value from tags where run_uuid=?", (children["train@no_mask-0"],)).fetchall())
     assert tags["variant"] == "no_mask" and tags["seed"] == "0" and len(tags["git_commit"]) == 40 and tags["dvc_lock_hash"]
     metric_keys = {k for k, in db.execute("select distinct key from metrics")}

@@ -209,3 +209,21 @@ def test_masks_take_dropped_actions_out_of_an_agent_episodes_rows(server):
     rows = trajectory_rollouts(traj, server.tokenizer, group="g")
     assert sum(sum(r.action_mask) for r in rows) == kept
     assert all(r.meta["dropped_steps"] == sum(1 for s in traj.steps if not s.mask.keep) for r in rows)
+
+
+def test_resume_points_split_a_cell_into_prefect_segments():
+    """flows/rl.py runs a cell as tasks ending at these points, the rest through DVC."""
+    from apollo.stages.rl import resume_points
+
+    p = _stage_params(steps=10)
+    p["sao"]["agent"]["updates_per_task"] = 4
+    assert resume_points(p, "sao_guided", "sao") == [4, 8]
+    p["sao"]["agent"]["updates_per_task"] = 10
+    assert resume_points(p, "grpo_async", "grpo_async") == []
+    p["sao"]["agent"]["updates_per_task"] = 0
+    with pytest.raises(ValueError, match="updates_per_task must be ≥ 1"):
+        resume_points(p, "sao", "sao")
+    n = PARAMS["appo"]["iterations"]
+    assert resume_points(PARAMS, "appo", "appo") == list(range(1, n))
+    with pytest.raises(ValueError, match="unknown method"):
+        resume_points(PARAMS, "sao", "ppo")

@@ -32,7 +32,25 @@ SAO_METHODS = ("sao", "grpo_async", "grpo_sync")
 METHODS = ("appo", *SAO_METHODS)
 # sao.agent / sao.variants keys that shape the agent episodes (the rest are the loop's, apollo.rl.sao_loop.LoopConfig)
 AGENT_KEYS = ("tasks", "max_steps", "context_tokens", "command_timeout_s", "max_output_chars", "masks", "guided",
-              "annotator", "guidance")
+              "annotator", "guidance", "updates_per_task")
+
+
+def resume_points(params: dict[str, Any], variant: str, method: str) -> list[int]:
+    """Where the Prefect subflow (``flows/rl.py``) ends a task and the next resumes from the
+    checkpoint: APPO after every iteration but the last; the SAO family every
+    ``sao.agent.updates_per_task`` updates (default 4) before the last. The last segment runs
+    through ``dvc repro``, so it is not listed."""
+    if method == "appo":
+        from apollo.rl.appo_loop import AppoConfig
+
+        return list(range(1, AppoConfig.from_params(params, variant).iterations))
+    if method not in SAO_METHODS:
+        raise ValueError(f"rl: unknown method {method!r} (known: {', '.join(METHODS)})")
+    cfg, agent = sao_config(params, variant, method)
+    every = int(agent.get("updates_per_task", 4))
+    if every < 1:
+        raise ValueError(f"params.yaml: sao.agent.updates_per_task must be ≥ 1, got {every}")
+    return list(range(every, cfg.steps, every))
 
 
 def check_variant(params: dict[str, Any], variant: str, method: str) -> None:
