@@ -85,7 +85,7 @@ def _run(cmd, cwd, env, timeout=900):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(2700)
 def test_pipeline_end_to_end(tmp_path):
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -98,7 +98,7 @@ def test_pipeline_end_to_end(tmp_path):
     _run(["git", "init", "-q"], proj, env)
     _run(["git", "add", "-A"], proj, env)  # a commit: runs are tagged with it (git_commit)
     _run(["git", "commit", "-q", "-m", "project"], proj, env)
-    out = _run([sys.executable, "-m", "flows.pipeline"], proj, env)
+    out = _run([sys.executable, "-m", "flows.pipeline"], proj, env, timeout=1800)
     for stage in ("suite", "bootstrap", "rl@sao-0", "evaluate@sao-0", "rollout@guided-0", "rollout@unguided-0",
                   "build_guided@no_mask-0",
                   "train@no_human-0", "evaluate@full-0", "evaluate_untrained@0", "reference", "experiment"):
