@@ -27,6 +27,7 @@ os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "apollo")
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -89,6 +90,7 @@ def rl_cell(variant: str = "appo", seed: int = 0, root: str | None = None, wait_
     points = resume_points({**params, "seed": int(seed)}, variant, method)
     parent = parent_run_id or os.environ.get("APOLLO_PARENT_RUN_ID")
     stage = f"rl@{variant}-{seed}"
+    t0 = time.perf_counter()
     with workspace_lock(root_path, wait_s) if lock else nullcontext():
         logger.info("%s (%s): %d segment(s) as tasks, then the last through DVC", stage, method, len(points))
         with stage_run(f"{stage}/segments", parent_run_id=parent, root=root_path,
@@ -106,7 +108,8 @@ def rl_cell(variant: str = "appo", seed: int = 0, root: str | None = None, wait_
 
             shutil.rmtree(Paths(root_path).cell(int(seed), "guided", variant).checkpoints(variant),
                           ignore_errors=True)
-        return res
+        # the cell's time: every segment and the DVC step (the pipeline's "stage seconds")
+        return {**res, "seconds": time.perf_counter() - t0, "segments": len(points)}
 
 
 def main(argv: list[str] | None = None) -> int:
