@@ -109,7 +109,7 @@ def rl_cell(variant: str = "appo", seed: int = 0, root: str | None = None, wait_
             shutil.rmtree(Paths(root_path).cell(int(seed), "guided", variant).checkpoints(variant),
                           ignore_errors=True)
         # the cell's time: every segment and the DVC step (the pipeline's "stage seconds")
-        return {**res, "seconds": time.perf_counter() - t0, "segments": len(points)}
+        return {**res, "seconds": round(time.perf_counter() - t0, 1), "segments": len(points)}
 
 
 def main(argv: list[str] | None = None) -> int:
