@@ -292,7 +292,7 @@ def demonstration(task: CountdownTask, rng: random.Random) -> list[str]:
 
 
 def demonstration_rollout(tokenizer: Any, task: CountdownTask, rng: random.Random) -> Rollout:
-    """A scripted countdown episode (:func:`apollo.env.sanity.demonstration`) in the exact token
+    """A scripted countdown episode (:func:`demonstration`) in the exact token
     layout :func:`~apollo.rl.sao_rollout.run_episode` gives a sampled one; its reward is the
     environment's."""
     eos = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
@@ -332,9 +332,10 @@ def warm_start(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Countdown
     pad = int(getattr(model.config, "pad_token_id", None) or 0)
     losses: list[float] = []
     rewards: list[float] = []
+    pool = list(tasks)
     model.train()
     for _ in range(steps):
-        demos = [demonstration_rollout(tokenizer, rng.choice(list(tasks)), rng) for _ in range(batch_size)]
+        demos = [demonstration_rollout(tokenizer, rng.choice(pool), rng) for _ in range(batch_size)]
         rewards += [d.reward for d in demos]
         b = rollout_batch(demos, pad)
         out = token_logprobs(model, b)
