@@ -213,6 +213,7 @@ def test_short_loop_runs_and_resumes(model, tok, tmp_path, mode):
     res = run_loop(model, tok, make_tasks(4), cfg, out_dir=tmp_path, on_log=lambda s, st: logs.append((s, st)))
     assert res["steps"] == 3 and [s for s, _ in logs] == [1, 2, 3]
     assert res["trained_samples"] == 12
+    assert len(res["episode_seconds"]) == 12 and all(d > 0 for d in res["episode_seconds"])
     for _, st in logs:
         assert 0.0 <= st["reward"] <= 1.0 and st["staleness.traj_max"] <= cfg.max_staleness
         for k in ("entropy", "grad_norm", "masked_fraction", "staleness.token_mean", "samples_per_s"):

@@ -439,6 +439,7 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
     trained = 0
+    episode_seconds: list[float] = []  # each trained rollout's wall time (benchmarks: the ideal speed-up)
     workers = None
     pool = None
     rng = random.Random(f"{cfg.seed}:sync")
@@ -481,6 +482,7 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
             if stats["actor_updated"]:  # new weights to the workers (not during the critic warm-up)
                 learner.version = server.publish(model.state_dict())
             trained += len(rollouts)
+            episode_seconds.extend(r.seconds for r in rollouts)
             stats.update({
                 "reward": sum(r.reward for r in rollouts) / len(rollouts),
                 "entropy": _mean_entropy(rollouts),
@@ -511,7 +513,7 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
     return {"mode": cfg.mode, "steps": learner.step, "policy_version": learner.version, "history": history,
             "trained_samples": trained, "seconds": seconds, "samples_per_s": trained / max(seconds, 1e-9),
             "dropped_stale": buffer.dropped, "restored_rollouts": restored, "left_in_buffer": len(buffer),
-            "stopped_early": stopped_early}
+            "stopped_early": stopped_early, "episode_seconds": episode_seconds}
 
 
 def _mean_entropy(rollouts: Sequence[Rollout]) -> float:
