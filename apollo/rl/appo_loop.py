@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from apollo.rl.trend import appo_points, reward_trend
 from apollo.schema import Trajectory
 
 log = logging.getLogger(__name__)
@@ -451,8 +452,10 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
 
 
 def _summary(history: list[dict[str, Any]]) -> dict[str, float]:
-    """The run's summary: iterations, first/last reward, and the reward trend (least-squares slope
-    per iteration, with the mean of the first and last thirds)."""
+    """The run's summary: iterations, first/last reward, the plain least-squares slope of the
+    per-iteration mean (with the first and last thirds), and ``appo.reward_trend`` (the within-task
+    slope with its 95% interval, :func:`apollo.rl.trend.reward_trend`: the question "does the
+    reward rise" with the drawn tasks' differences taken out)."""
     r = [h["reward.mean"] for h in history]
     out: dict[str, float] = {"appo.iterations": len(r)}
     if not r:
@@ -467,6 +470,10 @@ def _summary(history: list[dict[str, Any]]) -> dict[str, float]:
         "appo.reward_first_third": mean(r[: max(1, n // 3)]), "appo.reward_last_third": mean(r[-max(1, n // 3):]),
         "appo.total_seconds": sum(h.get("seconds", 0.0) for h in history),
     })
+    trend = reward_trend(appo_points(history))  # within-task slope, 95% interval over iterations
+    out.update({f"appo.reward_trend{suffix}": trend[k] for k, suffix in (("slope", ""), ("low", "_low"),
+                                                                        ("high", "_high"))
+                if math.isfinite(trend[k])})  # left out (not 0) when it cannot be estimated
     return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
 
 

@@ -1,0 +1,50 @@
+"""The reward trend with task fixed effects (apollo.rl.trend): hand-computed cases."""
+
+import math
+
+import pytest
+
+from apollo.rl.appo_loop import _summary
+from apollo.rl.trend import appo_points, fixed_effects_slope, reward_trend
+
+
+def test_task_mix_does_not_fake_a_trend():
+    # an easy task (0.9) drawn early, a hard one (0.1) late, neither changes: the plain slope of the
+    # per-iteration mean is negative, the within-task slope is 0
+    pts = [(1, "easy", 0.9), (2, "easy", 0.9), (3, "hard", 0.1), (4, "hard", 0.1), (2, "hard", 0.1), (3, "easy", 0.9)]
+    assert fixed_effects_slope(pts) == pytest.approx(0.0)
+
+
+def test_within_task_slope_hand_computed():
+    # task a: (1, 0), (3, 0.4) -> x̄ 2, ȳ 0.2: sxy = (-1)(-0.2) + (1)(0.2) = 0.4, sxx = 2
+    # task b: (2, 1.0), (4, 1.2), (6, 1.4) -> x̄ 4, ȳ 1.2: sxy = 0.4 + 0 + 0.4 = 0.8, sxx = 8
+    # b = (0.4 + 0.8) / (2 + 8) = 0.12
+    pts = [(1, "a", 0.0), (3, "a", 0.4), (2, "b", 1.0), (4, "b", 1.2), (6, "b", 1.4)]
+    assert fixed_effects_slope(pts) == pytest.approx(0.12)
+
+
+def test_interval_excludes_zero_for_a_clear_rise_and_covers_it_for_noise():
+    rise = [(i, t, 0.02 * i + (0.5 if t == "x" else 0.0) + 0.01 * ((i * 7) % 3 - 1)) for i in range(1, 21)
+            for t in ("x", "y")]
+    tr = reward_trend(rise, n_boot=500)
+    assert tr["low"] > 0 and tr["low"] <= tr["slope"] <= tr["high"]
+    assert tr["slope"] == pytest.approx(0.02, abs=0.002)
+    noise = [(i, "x", [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0][i % 8]) for i in range(1, 25)]
+    tn = reward_trend(noise, n_boot=500)
+    assert tn["low"] < 0 < tn["high"]
+
+
+def test_not_estimable_is_nan():
+    assert math.isnan(fixed_effects_slope([(1, "a", 0.5), (2, "b", 0.7)]))  # no task seen twice
+    tr = reward_trend([(1, "a", 0.5), (2, "a", 0.7)])  # two iterations: no interval
+    assert tr["slope"] == pytest.approx(0.2) and math.isnan(tr["low"])
+
+
+def test_appo_summary_reports_the_trend():
+    hist = [{"iteration": i, "reward.mean": 0.5, "seconds": 1.0, "reward.task.a": 0.1 * i,
+             "reward.task.b": 0.5 + 0.1 * i} for i in range(1, 7)]
+    assert appo_points(hist[:1]) == [(1.0, "a", 0.1), (1.0, "b", 0.6)]
+    s = _summary(hist)
+    assert s["appo.reward_slope"] == pytest.approx(0.0)  # the per-iteration mean is flat by construction here
+    assert s["appo.reward_trend"] == pytest.approx(0.1)
+    assert s["appo.reward_trend_low"] == pytest.approx(0.1) and s["appo.reward_trend_high"] == pytest.approx(0.1)
