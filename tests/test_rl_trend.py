@@ -5,7 +5,7 @@ import math
 import pytest
 
 from apollo.rl.appo_loop import _summary
-from apollo.rl.trend import appo_points, fixed_effects_slope, reward_trend
+from apollo.rl.trend import fixed_effects_slope, reward_trend, task_points
 
 
 def test_task_mix_does_not_fake_a_trend():
@@ -43,7 +43,7 @@ def test_not_estimable_is_nan():
 def test_appo_summary_reports_the_trend():
     hist = [{"iteration": i, "reward.mean": 0.5, "seconds": 1.0, "reward.task.a": 0.1 * i,
              "reward.task.b": 0.5 + 0.1 * i} for i in range(1, 7)]
-    assert appo_points(hist[:1]) == [(1.0, "a", 0.1), (1.0, "b", 0.6)]
+    assert task_points(hist[:1]) == [(1.0, "a", 0.1), (1.0, "b", 0.6)]
     s = _summary(hist)
     assert s["appo.reward_slope"] == pytest.approx(0.0)  # the per-iteration mean is flat by construction here
     assert s["appo.reward_trend"] == pytest.approx(0.1)

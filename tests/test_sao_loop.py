@@ -218,6 +218,9 @@ def test_short_loop_runs_and_resumes(model, tok, tmp_path, mode):
         assert 0.0 <= st["reward"] <= 1.0 and st["staleness.traj_max"] <= cfg.max_staleness
         for k in ("entropy", "grad_norm", "masked_fraction", "staleness.token_mean", "samples_per_s"):
             assert k in st
+        per_task = {k: v for k, v in st.items() if k.startswith("reward.task.")}  # the trend's input
+        assert per_task and all(0.0 <= v <= 1.0 for v in per_task.values())
+        assert min(per_task.values()) - 1e-9 <= st["reward"] <= max(per_task.values()) + 1e-9
     expected_version = 2 if mode == "sao" else 3  # SAO: the first update is critic warm-up
     assert res["policy_version"] == expected_version
     state = torch.load(tmp_path / "state.pt", weights_only=False)

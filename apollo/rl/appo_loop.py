@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from apollo.rl.trend import appo_points, reward_trend
+from apollo.rl.trend import reward_trend, task_points
 from apollo.schema import Trajectory
 
 log = logging.getLogger(__name__)
@@ -470,7 +470,7 @@ def _summary(history: list[dict[str, Any]]) -> dict[str, float]:
         "appo.reward_first_third": mean(r[: max(1, n // 3)]), "appo.reward_last_third": mean(r[-max(1, n // 3):]),
         "appo.total_seconds": sum(h.get("seconds", 0.0) for h in history),
     })
-    trend = reward_trend(appo_points(history))  # within-task slope, 95% interval over iterations
+    trend = reward_trend(task_points(history))  # within-task slope, 95% interval over iterations
     out.update({f"appo.reward_trend{suffix}": trend[k] for k, suffix in (("slope", ""), ("low", "_low"),
                                                                         ("high", "_high"))
                 if math.isfinite(trend[k])})  # left out (not 0) when it cannot be estimated

@@ -483,7 +483,11 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
                 learner.version = server.publish(model.state_dict())
             trained += len(rollouts)
             episode_seconds.extend(r.seconds for r in rollouts)
+            per_task: dict[str, list[float]] = {}
+            for r in rollouts:
+                per_task.setdefault(r.task_id, []).append(r.reward)
             stats.update({
+                **{f"reward.task.{k}": sum(v) / len(v) for k, v in sorted(per_task.items())},
                 "reward": sum(r.reward for r in rollouts) / len(rollouts),
                 "entropy": _mean_entropy(rollouts),
                 "turns": sum(r.turns for r in rollouts) / len(rollouts),

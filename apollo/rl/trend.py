@@ -59,12 +59,13 @@ def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0) 
     return {"slope": slope, "low": low, "high": high, "n": float(len(pts)), "iterations": float(len(keys))}
 
 
-def appo_points(history: Sequence[dict]) -> list[Point]:
-    """``(iteration, task, mean reward of its initial episodes)`` from an APPO history
-    (``reward.task.<task id>`` per iteration)."""
+def task_points(history: Sequence[dict], x: str = "iteration") -> list[Point]:
+    """``(history[x], task, mean reward)`` from a training history whose entries carry
+    ``reward.task.<task id>`` (APPO: per iteration, ``x="iteration"``; the SAO family: per update,
+    ``x="step"``)."""
     out: list[Point] = []
     for h in history:
         for k, v in h.items():
             if k.startswith("reward.task."):
-                out.append((float(h["iteration"]), k[len("reward.task."):], float(v)))
+                out.append((float(h[x]), k[len("reward.task."):], float(v)))
     return out
