@@ -187,6 +187,36 @@ def test_critic_warmup_freezes_the_actor(model, tok):
     assert all(torch.equal(v, dict(lr.critic.named_parameters())[k]) for k, v in attn0.items())
 
 
+@pytest.mark.parametrize("mode", ["sao", "grpo_async"])
+def test_on_policy_ratio_is_one_at_the_sampling_temperature(model, tok, mode):
+    # the workers sample at T = 0.5; the learner's log-probs must be of that same distribution, so an
+    # on-policy update masks/clips nothing (before: log_softmax(logits) against the sampler's
+    # log_softmax(logits / T), a ratio far from 1 and tokens cut for a temperature mismatch)
+    from apollo.rl.sao_loop import rollout_batch
+    from apollo.rl.tempered import tempered
+    from apollo.train.objectives import token_logprobs
+
+    server = PolicyServer(model, tok, max_new_tokens=8, temperature=0.5)
+    tasks = make_tasks(4)
+    rollouts = [run_episode(server, tasks[i], seed=i, rollout_id=f"r{i}", group=f"g{i // 2}") for i in range(4)]
+    for i, r in enumerate(rollouts):
+        r.reward = i / 4
+    b = rollout_batch(rollouts, 0)
+    with torch.no_grad():
+        plain = token_logprobs(model, b)
+        with tempered(model, 0.5):
+            hot = token_logprobs(model, b)
+    am = plain.mask
+    assert torch.allclose(hot.logp[am], b["rollout_logprobs"][am], atol=1e-4)
+    assert (plain.logp[am] - b["rollout_logprobs"][am]).abs().max() > 0.05  # the mismatch it removes
+    with torch.no_grad():  # the hook is gone after the block
+        assert torch.equal(token_logprobs(model, b).logp, plain.logp)
+    cfg = LoopConfig(mode=mode, steps=4, critic_warmup_steps=0, actor_lr=1e-3, critic_lr=1e-3, temperature=0.5,
+                     eps_low=0.05, eps_high=0.05, clip_low=0.05, clip_high=0.05)
+    st = Learner(model, cfg).update(rollouts)
+    assert st["actor_updated"] == 1.0 and st["masked_fraction"] == 0.0
+
+
 def test_grpo_switch_has_no_critic_and_group_advantages(model, tok):
     rollouts = _rollouts(model, tok, n=4, group_size=2)
     for r, rew in zip(rollouts, [0.0, 1.0, 0.5, 0.5]):

@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from apollo.rl.tempered import tempered
 from apollo.rl.trend import reward_trend, task_points
 from apollo.schema import Trajectory
 
@@ -270,7 +271,7 @@ def _pick_tasks(cfg: AppoConfig, seed: int, iteration: int) -> list[Any]:
 
 def row_logprobs(model: torch.nn.Module, rows: list[dict[str, Any]], key: str) -> None:
     """``rows[i][key]``: ``model``'s log-probs of each row's tokens, as the trainer computes them
-    (temperature 1; 0 on untrained tokens)."""
+    (0 on untrained tokens; inside :func:`apollo.rl.tempered.tempered`, at that temperature)."""
     from apollo.train.batching import collate
     from apollo.train.objectives import token_logprobs
 
@@ -392,19 +393,24 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
                 adv = token_adv.get(t.trajectory_id)
                 if adv is not None and any(a != 0 for a in adv):
                     rows += trajectory_rows(t, tokenizer, adv)
-            if rows and cfg.temperature != 1.0:
-                # the ratio's denominator: π_k as the trainer computes it (untempered), recomputed
-                # before the update (as verl recomputes old_log_prob); the sampler's tempered
-                # logprobs stay in the records and feed the branch scores
-                row_logprobs(model, rows, "rollout_logprobs")
+            if rows:
+                # the ratio's denominator: π_k at the sampling temperature as the trainer computes it,
+                # recomputed before the update (as verl recomputes old_log_prob); the trainer, the
+                # reference and the ratio all use the tempered distribution the episodes were drawn
+                # from (apollo.rl.tempered); the sampler's own logprobs stay in the records and feed
+                # the branch scores
+                with tempered(model, cfg.temperature):
+                    row_logprobs(model, rows, "rollout_logprobs")
             if ref is not None and rows:
-                row_logprobs(ref, rows, "ref_logprobs")
+                with tempered(ref, cfg.temperature):
+                    row_logprobs(ref, rows, "ref_logprobs")
             metrics.update({"rows": len(rows), "trained_trajectories": len({r["trajectory_id"] for r in rows}),
                             "rollout_s": t_roll})
             t1 = time.perf_counter()
             if rows:
-                stats = train(model, rows, replace(tcfg, seed=seed * 1000 + it), objective=objective,
-                              engine=opt_engine)
+                with tempered(model, cfg.temperature):
+                    stats = train(model, rows, replace(tcfg, seed=seed * 1000 + it), objective=objective,
+                                  engine=opt_engine)
                 hist = stats["history"]
                 metrics["update.steps"] = stats["steps"]
                 metrics["update.loss"] = float(stats["final_loss"])

@@ -47,6 +47,7 @@ from apollo.env.sanity import CountdownEnv, CountdownTask, safe_eval
 from apollo.rl.losses import grpo_advantages, token_advantages
 from apollo.rl.sao import policy_lambda, skip_observation_gae
 from apollo.rl.sao_rollout import PolicyServer, Rollout, RolloutBuffer, observation_ids, prompt_ids, run_episode
+from apollo.rl.tempered import tempered
 from apollo.rl.value import ValueModel, explained_variance, value_loss
 from apollo.train.batching import IGNORE_INDEX
 from apollo.train.config import TrainConfig
@@ -221,12 +222,13 @@ class Learner:
         stats["adv_mean"] = float(adv[am].mean()) if bool(am.any()) else 0.0
         if self.actor_frozen:
             stats.update(actor_updated=0.0, grad_norm=0.0, policy_loss=0.0)
-            with torch.no_grad():
+            with torch.no_grad(), tempered(self.model, cfg.temperature):
                 out = token_logprobs(self.model, b)
                 _, pst = self.objective(b, out)
         else:
             self.model.train()
-            out = token_logprobs(self.model, b)
+            with tempered(self.model, cfg.temperature):  # the distribution the workers sample from
+                out = token_logprobs(self.model, b)
             loss_sum, pst = self.objective(b, out)
             n = max(1, int(out.mask.sum()))
             self.engine.backward(loss_sum / n)
