@@ -227,3 +227,37 @@ def test_resume_points_split_a_cell_into_prefect_segments():
     assert resume_points(PARAMS, "appo", "appo") == list(range(1, n))
     with pytest.raises(ValueError, match="unknown method"):
         resume_points(PARAMS, "sao", "ppo")
+
+
+def test_grpo_normalises_over_episodes_not_rows():
+    # episode A (reward 1) came back as 2 rows (its context restarted), episode B (reward 0) as one:
+    # over episodes the group is {1, 0} -> +1 / -1; counting rows ({1, 1, 0}) would give +0.71 / -1.41
+    from apollo.rl.sao_loop import episode_grpo_advantages
+    from apollo.rl.sao_rollout import Rollout
+
+    def row(tid, k, reward, group="g"):
+        return Rollout(f"{tid}#{k}", "t", group, [1, 2], [0, 1], [0.0, -1.0], [0.0, 0.5], [-1, 0], reward, 1, 0.1,
+                       meta={"trajectory_id": tid, "row": k})
+
+    adv = episode_grpo_advantages([row("A", 0, 1.0), row("A", 1, 1.0), row("B", 0, 0.0),
+                                   row("C", 0, 0.3, "h")])
+    assert adv.tolist() == pytest.approx([1.0, 1.0, -1.0, 0.0], abs=1e-5)  # C: a group of one
+
+
+def test_a_crashed_episode_is_not_trained(server, monkeypatch):
+    import apollo.agent.react as react
+
+    real = react.run_episode
+
+    def crashing(*a, **kw):  # the real episode, then it is recorded as a crash (a tool died)
+        traj = real(*a, **kw)
+        traj.finish_reason = "error"
+        traj.meta = {**(traj.meta or {}), "error": "tool died"}
+        return traj
+
+    monkeypatch.setattr(react, "run_episode", crashing)
+    task = list_tasks(split="train")[0]
+    eps = AgentEpisodes([task], AgentConfig(max_steps=2, context_tokens=3000), max_context=4096)
+    assert eps.episode(server, task, seed=1, rollout_id="c-0", group="g") == [] and eps.crashed == 1
+    monkeypatch.setattr(react, "run_episode", real)
+    assert eps.episode(server, task, seed=1, rollout_id="c-1", group="g") and eps.crashed == 1

@@ -151,6 +151,7 @@ class AgentEpisodes:
     max_context: int
     guidance: Any = None
     masker: Any = None
+    crashed: int = 0  # episodes that ended in a crash (never trained)
 
     def episode(self, server: PolicyServer, task: Any, *, seed: int, rollout_id: str, group: str,
                 latency: Any = None) -> list[Rollout]:
@@ -161,6 +162,10 @@ class AgentEpisodes:
         engine = PolicyEngine(server, self.max_context)
         traj = run_episode(task, engine, guidance=self.guidance, config=self.agent, seed=seed,
                            trajectory_id=rollout_id, meta={"stage": "rl"})
+        if traj.finish_reason == "error":  # a crash (a tool, the workspace): recorded, never trained on
+            log.warning("%s crashed (%s): not trained", rollout_id, (traj.meta or {}).get("error", "?"))
+            self.crashed += 1
+            return []
         if self.masker is not None:
             self.masker.mask([traj], copy=False)
         rows = trajectory_rollouts(traj, server.tokenizer, group=group)

@@ -216,8 +216,7 @@ class Learner:
             stats["value_loss"] = sum(vl) / len(vl)
             stats["value_mean"] = float(v_old[am].mean())
         else:
-            groups = [r.group for r in rollouts]
-            adv = token_advantages(grpo_advantages(rewards_seq, groups), am)
+            adv = token_advantages(episode_grpo_advantages(rollouts), am)
         b["advantages"] = adv
         stats["adv_mean"] = float(adv[am].mean()) if bool(am.any()) else 0.0
         if self.actor_frozen:
@@ -256,6 +255,26 @@ class Learner:
         if self.critic is not None and st.get("critic") is not None:
             self.critic.load_state_dict(st["critic"])
             self.critic_engine.optimizer.load_state_dict(st["critic_optimizer"])
+
+
+def episode_grpo_advantages(rollouts: Sequence[Rollout]) -> torch.Tensor:
+    """GRPO advantages ``[len(rollouts)]`` over *episodes*: an agent episode can be several rows
+    (a context window that starts afresh), each a :class:`Rollout` with the episode's reward and
+    ``meta["trajectory_id"]``; the group mean and std are over the group's episodes, and each row
+    gets its episode's advantage (counting rows would weight an episode by its number of windows)."""
+    episodes: dict[str, int] = {}  # episode key -> index into the episode list
+    ep_rewards: list[float] = []
+    ep_groups: list[str] = []
+    row_ep: list[int] = []
+    for r in rollouts:
+        key = str(r.meta.get("trajectory_id", r.rollout_id))
+        if key not in episodes:
+            episodes[key] = len(ep_rewards)
+            ep_rewards.append(float(r.reward))
+            ep_groups.append(r.group)
+        row_ep.append(episodes[key])
+    ep_adv = grpo_advantages(torch.tensor(ep_rewards, dtype=torch.float32), ep_groups)
+    return ep_adv[torch.tensor(row_ep, dtype=torch.long)]
 
 
 def _train_cfg(lr: float, cfg: LoopConfig) -> TrainConfig:

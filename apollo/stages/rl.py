@@ -247,7 +247,8 @@ def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method:
     summary = {"sao.steps": float(result["steps"]), "sao.policy_version": float(result["policy_version"]),
                "sao.trained_samples": float(result["trained_samples"]), "sao.samples_per_s": result["samples_per_s"],
                "sao.dropped_stale": float(result["dropped_stale"]), "sao.seconds": result["seconds"],
-               "sao.finished": float(result["steps"] >= full_steps)}
+               "sao.finished": float(result["steps"] >= full_steps),
+               "sao.crashed_episodes": float(episodes.crashed)}  # this run's (a resumed segment: since it started)
     if rewards:
         summary.update({"sao.reward_first_third": sum(rewards[:third]) / len(rewards[:third]),
                         "sao.reward_last_third": sum(rewards[-third:]) / len(rewards[-third:])})
