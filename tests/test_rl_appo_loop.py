@@ -255,3 +255,15 @@ def test_stage_runs_two_iterations_and_logs_them_to_mlflow(model_dir, tmp_path, 
     # a variant whose method is not appo is refused before anything runs
     with pytest.raises(ValueError, match="policy is 'sft', not 'appo'"):
         rl.run(params, None, paths, "full")
+
+
+def test_crashed_episodes_and_their_branches_are_not_trained():
+    from apollo.rl.appo_loop import without_crashes
+    from apollo.schema import Trajectory
+
+    def t(tid, reason="finish", parent=None):
+        return Trajectory(trajectory_id=tid, task_id="x", split="train", domain="d", policy_id="p",
+                          finish_reason=reason, parent_trajectory_id=parent, final_score=10.0)
+
+    trajs = [t("a"), t("b", "error"), t("c"), t("b1", parent="b"), t("a1", parent="a"), t("a2", "error", parent="a")]
+    assert [x.trajectory_id for x in without_crashes(trajs)] == ["a", "c", "a1"]

@@ -123,6 +123,13 @@ class AppoConfig:
 # --- advantages ------------------------------------------------------------------------------------
 
 
+def without_crashes(trajs: list[Trajectory]) -> list[Trajectory]:
+    """``trajs`` less the crashed ones (``finish_reason == "error"``: a tool or the workspace failed,
+    the final score says nothing of the policy) and the branches of a crashed initial episode."""
+    crashed = {t.trajectory_id for t in trajs if t.finish_reason == "error"}
+    return [t for t in trajs if t.trajectory_id not in crashed and t.parent_trajectory_id not in crashed]
+
+
 def appo_token_advantages(trajs: list[Trajectory], *, single_group: bool = False,
                           norm_by_std: bool = True) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Per initial trajectory id, the token advantages of its flat response (dual-group GRPO +
@@ -385,14 +392,18 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
             trajs = [t for group in asyncio.run(rollouts()) for t in group]
             t_roll = time.perf_counter() - t0
             metrics = rollout_stats(trajs, dict(getattr(engine, "stats", {}) or {}))
-            token_adv, adv_stats = appo_token_advantages(trajs, single_group=cfg.single_group,
+            trainable = without_crashes(trajs)  # a crash is recorded, never trained on
+            metrics["crashed_excluded"] = len(trajs) - len(trainable)
+            token_adv, adv_stats = appo_token_advantages(trainable, single_group=cfg.single_group,
                                                          norm_by_std=cfg.norm_by_std)
             metrics.update(adv_stats)
             rows = []
-            for t in trajs:
+            for t in trainable:
                 adv = token_adv.get(t.trajectory_id)
                 if adv is not None and any(a != 0 for a in adv):
-                    rows += trajectory_rows(t, tokenizer, adv)
+                    # a row whose advantages are all 0 (an episode with A = 0 whose branch credit
+                    # covers only its first window) would only dilute the token mean
+                    rows += [r for r in trajectory_rows(t, tokenizer, adv) if any(a != 0 for a in r["advantages"])]
             if rows:
                 # the ratio's denominator: π_k at the sampling temperature as the trainer computes it,
                 # recomputed before the update (as verl recomputes old_log_prob); the trainer, the
