@@ -267,3 +267,19 @@ def test_crashed_episodes_and_their_branches_are_not_trained():
 
     trajs = [t("a"), t("b", "error"), t("c"), t("b1", parent="b"), t("a1", parent="a"), t("a2", "error", parent="a")]
     assert [x.trajectory_id for x in without_crashes(trajs)] == ["a", "c", "a1"]
+
+
+def test_seq_mean_weighs_every_episode_the_same():
+    from apollo.rl.appo_loop import equal_episode_weight
+
+    ig = -100
+    # episode a: 2 trained tokens (A = +1); episode b: 6 trained tokens over two rows (A = -1)
+    rows = [{"trajectory_id": "a", "labels": [ig, 5, 6], "advantages": [0.0, 1.0, 1.0]},
+            {"trajectory_id": "b", "labels": [ig, 5, 6, 7], "advantages": [0.0, -1.0, -1.0, -1.0]},
+            {"trajectory_id": "b", "labels": [ig, 8, 9, 9], "advantages": [0.0, -1.0, -1.0, -1.0]}]
+    before = sum(a for r in rows for a in r["advantages"])
+    equal_episode_weight(rows)  # mean length 4: a x2, b x2/3
+    assert before == pytest.approx(2 - 6)  # the token mean pushed down on balance
+    assert rows[0]["advantages"] == pytest.approx([0.0, 2.0, 2.0])
+    assert rows[1]["advantages"] == pytest.approx([0.0, -2 / 3, -2 / 3, -2 / 3])
+    assert sum(a for r in rows for a in r["advantages"]) == pytest.approx(0.0)  # each episode weighs 4 tokens' worth

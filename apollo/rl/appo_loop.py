@@ -76,6 +76,7 @@ class AppoConfig:
     entropy_only: bool  # branch points by entropy alone
     norm_by_std: bool  # GRPO: divide by the group std
     kl_coef: float  # k3 KL to the reference (base) policy; 0: off
+    loss_agg: str  # token_mean (the reference's: every trained token weighs the same) | seq_mean (every episode)
     engine: str  # hf | vllm_server
     temperature: float
     max_new_tokens: int
@@ -115,12 +116,36 @@ class AppoConfig:
             raise ValueError("params.yaml: appo: iterations ≥ 1, tasks_per_iteration ≥ 1, n_init ≥ 2 (a GRPO "
                              f"group needs two), n_branch ≥ 0; got {cfg.iterations}, {cfg.tasks_per_iteration}, "
                              f"{cfg.n_init}, {cfg.n_branch}")
+        if cfg.loss_agg not in ("token_mean", "seq_mean"):
+            raise ValueError(f"params.yaml: appo.loss_agg must be token_mean or seq_mean, not {cfg.loss_agg!r}")
         if cfg.engine not in ("hf", "vllm_server"):
             raise ValueError(f"params.yaml: appo.engine must be hf or vllm_server, not {cfg.engine!r}")
         return cfg
 
 
 # --- advantages ------------------------------------------------------------------------------------
+
+
+def equal_episode_weight(rows: list[dict[str, Any]]) -> None:
+    """``loss_agg: seq_mean``: scale each row's advantages by ``L̄ / L_e`` (``L_e`` the trained tokens
+    of its episode over the iteration's rows, ``L̄`` their mean over episodes), so the trainer's token
+    mean weighs every episode the same. With the token mean a long failing episode outweighs a short
+    successful one of the same group, and the update pushes the sampled tokens down on balance
+    although the group's advantages sum to 0. Dual-clip PPO is positively homogeneous in the
+    advantage, so the scaling is exactly a reweighting of tokens."""
+    from apollo.train.batching import IGNORE_INDEX
+
+    n: dict[str, int] = {}
+    for r in rows:
+        n[r["trajectory_id"]] = n.get(r["trajectory_id"], 0) + sum(1 for x in r["labels"] if x != IGNORE_INDEX)
+    live = [v for v in n.values() if v > 0]
+    if not live:
+        return
+    mean_len = sum(live) / len(live)
+    for r in rows:
+        k = n[r["trajectory_id"]]
+        if k > 0:
+            r["advantages"] = [a * mean_len / k for a in r["advantages"]]
 
 
 def without_crashes(trajs: list[Trajectory]) -> list[Trajectory]:
@@ -404,6 +429,8 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
                     # a row whose advantages are all 0 (an episode with A = 0 whose branch credit
                     # covers only its first window) would only dilute the token mean
                     rows += [r for r in trajectory_rows(t, tokenizer, adv) if any(a != 0 for a in r["advantages"])]
+            if rows and cfg.loss_agg == "seq_mean":
+                equal_episode_weight(rows)
             if rows:
                 # the ratio's denominator: π_k at the sampling temperature as the trainer computes it,
                 # recomputed before the update (as verl recomputes old_log_prob); the trainer, the
