@@ -145,6 +145,9 @@ def test_sao_stage_resumes_and_writes_the_policy(micro_model_dir, tmp_path, monk
     assert (out / "model.safetensors").exists() and json.loads((out / "sao_stats.json").read_text()) == summary
     hist = json.loads((out / "sao_history.json").read_text())
     assert [h["step"] for h in hist] == [1, 2]  # both runs' updates: the history survives the resume
+    # the totals count both runs (not only the resumed one's)
+    assert summary["sao.trained_samples"] == sum(h["rollouts"] for h in hist) > first["sao.trained_samples"] > 0
+    assert summary["sao.seconds"] > first["sao.seconds"] > 0
     assert not (tmp_path / "data" / "checkpoints" / "sao" / "s0").exists()  # the policy is the output now
     client = tracker.client
     for key in ("sao.reward", "sao.value_loss", "sao.staleness.token_mean", "sao.entropy"):

@@ -510,6 +510,7 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
             stats.update({
                 **{f"reward.task.{k}": sum(v) / len(v) for k, v in sorted(per_task.items())},
                 "reward": sum(r.reward for r in rollouts) / len(rollouts),
+                "rollouts": float(len(rollouts)),
                 "entropy": _mean_entropy(rollouts),
                 "turns": sum(r.turns for r in rollouts) / len(rollouts),
                 "guided_rollouts": float(sum(1 for r in rollouts if r.meta.get("guided_steps"))),

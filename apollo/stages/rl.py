@@ -244,9 +244,12 @@ def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method:
         if history.exists() else []
     third = max(1, len(hist) // 3)
     rewards = [h["reward"] for h in hist]
+    # totals over the whole history (a cell runs as several resumed segments; `result` is this one's)
+    trained = sum(h.get("rollouts", 0.0) for h in hist)
+    loop_s = sum(h.get("wait_s", 0.0) + h.get("update_s", 0.0) for h in hist)
     summary = {"sao.steps": float(result["steps"]), "sao.policy_version": float(result["policy_version"]),
-               "sao.trained_samples": float(result["trained_samples"]), "sao.samples_per_s": result["samples_per_s"],
-               "sao.dropped_stale": float(result["dropped_stale"]), "sao.seconds": result["seconds"],
+               "sao.trained_samples": float(trained), "sao.samples_per_s": trained / loop_s if loop_s else 0.0,
+               "sao.dropped_stale": float(result["dropped_stale"]), "sao.seconds": loop_s,
                "sao.finished": float(result["steps"] >= full_steps),
                "sao.crashed_episodes": float(episodes.crashed)}  # this run's (a resumed segment: since it started)
     if rewards:
