@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from apollo.rl.tempered import tempered
-from apollo.rl.trend import reward_trend, task_points
+from apollo.rl.trend import task_points, trend_metrics
 from apollo.schema import Trajectory
 
 log = logging.getLogger(__name__)
@@ -425,9 +425,9 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
             rows = []
             for t in trainable:
                 adv = token_adv.get(t.trajectory_id)
-                if adv is not None and any(a != 0 for a in adv):
-                    # a row whose advantages are all 0 (an episode with A = 0 whose branch credit
-                    # covers only its first window) would only dilute the token mean
+                if adv is not None:
+                    # a row whose advantages are all 0 (an episode with A = 0, or one whose branch
+                    # credit covers only its first window) would only dilute the token mean
                     rows += [r for r in trajectory_rows(t, tokenizer, adv) if any(a != 0 for a in r["advantages"])]
             if rows and cfg.loss_agg == "seq_mean":
                 equal_episode_weight(rows)
@@ -514,10 +514,7 @@ def _summary(history: list[dict[str, Any]]) -> dict[str, float]:
         "appo.reward_first_third": mean(r[: max(1, n // 3)]), "appo.reward_last_third": mean(r[-max(1, n // 3):]),
         "appo.total_seconds": sum(h.get("seconds", 0.0) for h in history),
     })
-    trend = reward_trend(task_points(history))  # within-task slope, 95% interval over iterations
-    out.update({f"appo.reward_trend{suffix}": trend[k] for k, suffix in (("slope", ""), ("low", "_low"),
-                                                                        ("high", "_high"))
-                if math.isfinite(trend[k])})  # left out (not 0) when it cannot be estimated
+    out.update(trend_metrics(task_points(history), "appo"))  # within-task slope, 95% interval over iterations
     return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
 
 

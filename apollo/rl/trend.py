@@ -69,3 +69,11 @@ def task_points(history: Sequence[dict], x: str = "iteration") -> list[Point]:
             if k.startswith("reward.task."):
                 out.append((float(h[x]), k[len("reward.task."):], float(v)))
     return out
+
+
+def trend_metrics(points: Iterable[Point], prefix: str) -> dict[str, float]:
+    """``<prefix>.reward_trend`` and its ``_low`` / ``_high`` (:func:`reward_trend`) as summary
+    metrics; a value that cannot be estimated is left out (not 0)."""
+    trend = reward_trend(points)
+    return {f"{prefix}.reward_trend{suffix}": trend[k]
+            for k, suffix in (("slope", ""), ("low", "_low"), ("high", "_high")) if math.isfinite(trend[k])}

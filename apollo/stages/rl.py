@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
 from apollo.config import Paths
-from apollo.rl.trend import reward_trend, task_points
+from apollo.rl.trend import task_points, trend_metrics
 from apollo.schema import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -256,10 +255,7 @@ def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method:
         summary.update({"sao.reward_first_third": sum(rewards[:third]) / len(rewards[:third]),
                         "sao.reward_last_third": sum(rewards[-third:]) / len(rewards[-third:])})
     # does the reward rise: the within-task slope per update with its 95% interval (apollo.rl.trend)
-    trend = reward_trend(task_points(hist, x="step"))
-    summary.update({f"sao.reward_trend{suffix}": trend[k] for k, suffix in (("slope", ""), ("low", "_low"),
-                                                                           ("high", "_high"))
-                    if math.isfinite(trend[k])})
+    summary.update(trend_metrics(task_points(hist, x="step"), "sao"))
     if tracker is not None:
         tracker.log_metrics(summary)
     if result["steps"] >= full_steps:  # finished: the policy goes where evaluate@<variant>-<seed> reads
