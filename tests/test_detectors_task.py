@@ -210,6 +210,46 @@ def test_violate_instruction_rule_pass_with_the_judge_off():
     assert all(not masker.decide(found[i]).keep for i in (2, 3, 5, 7))
 
 
+def test_violate_instruction_omissions_run_another_script_first_or_finish_without_the_value():
+    """From blind-set dev trajectories (da-train-01-s0 step 7, ld-train-02-s0 step 8): told to run a script,
+    the agent runs another one first; told to set a value, it finishes with the old one in the file."""
+    g_run = "Run scripts/build.py with --ratio 1.0 to add synthetic records of the rare class."
+    t = traj(st("open_file", {"path": "scripts/build.py"}, "[scripts/build.py]"), ev(),
+             run("python scripts/train.py --data output/aug.jsonl", code=1, guidance=[g_run]),
+             run("python scripts/train.py --data data/train.jsonl"),  # only the first omission counts
+             run("python scripts/build.py --ratio 1.0"))
+    d = drops(t, "violate_instruction")
+    assert sorted(d) == [2] and "ran scripts/train.py before scripts/build.py" in d[2], d
+    # already carried out (with the asked values) before the message: nothing to omit
+    t = traj(run("python scripts/build.py --ratio 1.0"), ev(),
+             run("python scripts/train.py --data output/aug.jsonl", guidance=[g_run]))
+    assert drops(t, "violate_instruction") == {}
+    # run before with another value: the directive still stands
+    t = traj(run("python scripts/build.py --ratio 0.5"), ev(),
+             run("python scripts/train.py --data output/aug.jsonl", guidance=[g_run]))
+    assert sorted(drops(t, "violate_instruction")) == [2]
+
+    g_set = 'Then set "delta" to 1.5 in config.json; mse is hurt by the outliers.'
+    cfg = '[config.json: lines 1-4 of 4]\n1: {\n2:   "loss": "huber",\n3:   "delta": VALUE,\n4: }'
+    t = traj(st("open_file", {"path": "scripts/train.py"}, "[scripts/train.py]"),
+             st("sleep", {"seconds": 7}, "slept", guidance=[g_set]),
+             st("open_file", {"path": "config.json"}, cfg.replace("VALUE", "0.5")), ev(), st("finish", {}, "done"))
+    d = drops(t, "violate_instruction")
+    assert sorted(d) == [4] and "finished with delta = 0.5 in config.json, not 1.5" in d[4], d
+    # the file already holds the value, or the agent wrote it: finishing is fine
+    for fix in (st("open_file", {"path": "config.json"}, cfg.replace("VALUE", "1.5")),
+                st("edit_file", {"path": "config.json", "start_line": 3, "end_line": 3, "content": '  "delta": 1.5,'},
+                   "Edited")):
+        t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[g_set]),
+                 st("open_file", {"path": "config.json"}, cfg.replace("VALUE", "0.5")), fix, st("finish", {}, "done"))
+        assert drops(t, "violate_instruction") == {}
+    # "if delta:" followed by a numbered line is no value (a false positive on the rule cases before)
+    code = "[r.py]\n1: delta = 1.5\n2: if delta:\n3:     pass"
+    t = traj(st("sleep", {"seconds": 1}, "slept", guidance=["Set delta to 1.5 in r.py."]),
+             st("open_file", {"path": "r.py"}, code), st("finish", {}, "done"))
+    assert drops(t, "violate_instruction") == {}
+
+
 # --------------------------------------------------------------------------- symbolic rules
 def test_a_redirected_job_fails_at_its_launch_and_the_tail_is_kept():
     launch = bg("python scripts/train.py --config c.json > train.log 2>&1", "default")

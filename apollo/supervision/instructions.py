@@ -13,10 +13,15 @@ directive                    example                                      a late
                                                                           nothing changed since the message)
 ``use_script S [--f v]``     "Use scripts/filter.py with --min-quality     writes an output by hand (or with
                              0.45", "Run scripts/augment.py with …"        another script) before running S, or
-                                                                          runs S with a different value of --f
+                                                                          runs S with a different value of --f,
+                                                                          or (omission, once) runs another
+                                                                          script first: unless S already ran
+                                                                          with those values before the message
 ``open_before_edit PATH``    "Open config.json and read it before editing"  edits PATH before viewing it
-``set PATH {k: v}``          "In reward.py set STEP_REWARD = -0.02",        writes k with another value into PATH
-                             'Set "delta" to 0.5 in config.json'
+``set PATH {k: v}``          "In reward.py set STEP_REWARD = -0.02",        writes k with another value into PATH,
+                             'Set "delta" to 0.5 in config.json'           or (omission) finishes while PATH, as
+                                                                          last seen or written, holds another
+                                                                          value of k
 ``wait_before_eval [sid]``   "sleep, then check_session_idle('train')       calls eval while the job is not seen
                              before calling eval", "wait for … to finish"  finished
 ``background S``             "run it in the background"                    runs the job in the foreground
@@ -171,6 +176,22 @@ def _value_in(content: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _last_value_in(content: str, key: str) -> str | None:
+    """The value of ``key`` the file holds last (an edit's text is appended to what was known); on one
+    line, so that ``if KEY:`` followed by a numbered line is not read as a value."""
+    ms = list(re.finditer(rf"[\"']?\b{re.escape(key)}\b[\"']?[ \t]*[=:][ \t]*[\"']?(-?[\w.+-]+)", content))
+    return ms[-1].group(1) if ms else None
+
+
+def _flags_match(cmd: str, values: dict[str, str]) -> bool:
+    """Every flag the directive gives a value for is on ``cmd`` with that value."""
+    for fl, v in values.items():
+        m = re.search(rf"{re.escape(fl)}[= ]+([^\s;&|]+)", cmd)
+        if v and (m is None or _norm_value(m.group(1)) != _norm_value(v)):
+            return False
+    return True
+
+
 
 def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
     """(step, reason) for every action that contradicts an earlier explicit directive."""
@@ -180,6 +201,10 @@ def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
     out: dict[int, str] = {}
     ran: dict[str, int] = {}  # script → first step that ran it (exit 0), after its directive
     changed_since: dict[int, bool] = {}
+    omitted: set[int] = set()  # directives already reported as not carried out (once each)
+    done_before = {id(d) for d in dirs if d.kind == "use_script" and any(
+        d.target in f.script_runs(j) and f.ok(j) and not f.steps[j].observation.exit_code
+        and _flags_match(f.command(j), d.values) for j in range(min(d.given_at, f.n)))}
     for i in range(f.n):
         tool = f.tools[i]
         if not f.steps[i].action.valid:
@@ -216,6 +241,19 @@ def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
                         not (runs & set(f.scripts) - {d.target}):
                     p = next(p for p in sorted(written) if f.is_output(p))
                     reason = f"wrote {p} without {d.target}, which it was told to use ({d.describe()})"
+                elif runs and d.target not in ran and key not in done_before and key not in omitted:
+                    # the omission: the first script it runs after "run S" is another one
+                    omitted.add(key)
+                    reason = f"ran {sorted(runs)[0]} before {d.target}, which it was told to run ({d.describe()})"
+            elif d.kind == "set" and tool == "finish" and key not in omitted:
+                # the omission: finished while the file, as last seen or written, holds another value
+                known = f.known_code[i].get(d.target)
+                for k, v in d.values.items():
+                    got = _last_value_in(known, k) if known else None
+                    if got is not None and _norm_value(got) != _norm_value(v):
+                        omitted.add(key)
+                        reason = f"finished with {k} = {got} in {d.target}, not {v} as told ({d.describe()})"
+                        break
             elif d.kind == "set" and d.target in written:
                 content = f.args[i].get("content") if tool in ("create_file", "edit_file") else f.command(i)
                 if isinstance(content, str):
