@@ -512,7 +512,8 @@ def _summary(history: list[dict[str, Any]]) -> dict[str, float]:
         "appo.reward_first": r[0], "appo.reward_last": r[-1], "appo.reward_mean": my,
         "appo.reward_slope": sum((x - mx) * (y - my) for x, y in zip(xs, r)) / var if var else 0.0,
         "appo.reward_first_third": mean(r[: max(1, n // 3)]), "appo.reward_last_third": mean(r[-max(1, n // 3):]),
-        "appo.total_seconds": sum(h.get("seconds", 0.0) for h in history),
+        # an iteration resumed from its checkpoint has no "seconds" (saved before the weight update)
+        "appo.total_seconds": sum(h.get("seconds", h.get("rollout_s", 0.0) + h.get("update_s", 0.0)) for h in history),
     })
     out.update(trend_metrics(task_points(history), "appo"))  # within-task slope, 95% interval over iterations
     return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
