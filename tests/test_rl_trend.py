@@ -56,3 +56,46 @@ def test_appo_total_seconds_counts_iterations_resumed_from_a_checkpoint():
     hist = [{"iteration": 1, "reward.mean": 0.5, "rollout_s": 10.0, "update_s": 2.0},
             {"iteration": 2, "reward.mean": 0.5, "rollout_s": 9.0, "update_s": 1.0, "seconds": 11.5}]
     assert _summary(hist)["appo.total_seconds"] == pytest.approx(23.5)
+
+
+def test_pooled_trend_over_seeds_keeps_seed_task_effects_and_resamples_seed_iterations():
+    from apollo.rl.trend import pooled_points
+
+    # two seeds on the same task at different levels, each rising 0.1 per iteration: pooled slope 0.1
+    # (one "task" effect across seeds would mix the levels into the slope)
+    hists = {"s0": [{"iteration": i, "reward.task.a": 0.1 * i} for i in range(1, 5)],
+             "s1": [{"iteration": i, "reward.task.a": 5.0 + 0.1 * i} for i in range(1, 5)]}
+    pts, clusters = pooled_points(hists)
+    assert len(pts) == 8 and len(set(clusters)) == 8 and {p[1] for p in pts} == {"s0/a", "s1/a"}
+    t = reward_trend(pts, clusters=clusters, n_boot=200)
+    assert t["slope"] == pytest.approx(0.1) and t["iterations"] == 8
+    assert t["low"] == pytest.approx(0.1) and t["high"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="cluster keys"):
+        reward_trend(pts, clusters=clusters[:3])
+
+
+def test_trend_report_reads_appo_and_sao_histories(tmp_path, capsys):
+    import json
+
+    from apollo.rl.trend_report import main
+
+    for s, base in ((0, 0.1), (1, 0.3), (2, 0.2)):
+        d = tmp_path / "appo" / f"s{s}"
+        d.mkdir(parents=True)
+        h = [{"iteration": i, "reward.mean": base + 0.02 * i, "reward.task.x": base + 0.02 * i,
+              "reward.task.y": base + 0.1 + 0.02 * i} for i in range(1, 10)]
+        (d / "appo_history.json").write_text(json.dumps(h))
+    d = tmp_path / "sao" / "s0"
+    d.mkdir(parents=True)
+    (d / "sao_history.json").write_text(json.dumps(
+        [{"step": i, "reward": 0.5, "reward.task.x": 0.5} for i in range(1, 7)]))
+    out = tmp_path / "t.json"
+    assert main(["appo", "sao", "nothing", "--models", str(tmp_path), "--json", str(out),
+                 "--plot", str(tmp_path / "t.png")]) == 0
+    text = capsys.readouterr()
+    assert "no training history" in text.err and "nothing" in text.err
+    rep = json.loads(out.read_text())
+    assert rep["appo"]["pooled"]["slope"] == pytest.approx(0.02) and rep["appo"]["pooled"]["iterations"] == 27
+    assert rep["sao"]["x"] == "step" and rep["sao"]["pooled"]["slope"] == pytest.approx(0.0)
+    assert "(pooled over 3 seeds)" in text.out and (tmp_path / "t.png").stat().st_size > 0
+    assert main(["nothing", "--models", str(tmp_path)]) == 1

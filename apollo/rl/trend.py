@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 Point = tuple[float, str, float]
 
@@ -35,15 +35,21 @@ def fixed_effects_slope(points: Sequence[Point]) -> float:
     return sxy / sxx if sxx > 0 else math.nan
 
 
-def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0,
+                 clusters: Sequence[Hashable] | None = None) -> dict[str, float]:
     """``slope`` (reward per iteration, task fixed effects), ``low``/``high`` (95% percentile
-    bootstrap over iterations), ``n`` points, ``iterations``; NaNs when it cannot be estimated."""
+    bootstrap over iterations), ``n`` points, ``iterations`` (resampled units); NaNs when it cannot be
+    estimated. ``clusters`` (one key per point; default its iteration) names the resampled unit:
+    pooled over seeds it is ``(seed, iteration)`` (:func:`pooled_points`)."""
     pts = list(points)
-    iters: dict[float, list[Point]] = defaultdict(list)
-    for p in pts:
-        iters[float(p[0])].append(p)
+    keys_of = [float(p[0]) for p in pts] if clusters is None else list(clusters)
+    if len(keys_of) != len(pts):
+        raise ValueError(f"reward_trend: {len(keys_of)} cluster keys for {len(pts)} points")
+    iters: dict[Hashable, list[Point]] = defaultdict(list)
+    for k, p in zip(keys_of, pts):
+        iters[k].append(p)
     slope = fixed_effects_slope(pts)
-    keys = sorted(iters)
+    keys = sorted(iters) if clusters is None else sorted(iters, key=repr)
     boots: list[float] = []
     if math.isfinite(slope) and len(keys) >= 3:
         rng = random.Random(seed)
@@ -69,6 +75,19 @@ def task_points(history: Sequence[dict], x: str = "iteration") -> list[Point]:
             if k.startswith("reward.task."):
                 out.append((float(h[x]), k[len("reward.task."):], float(v)))
     return out
+
+
+def pooled_points(histories: Mapping[str, Sequence[dict]], x: str = "iteration") -> tuple[list[Point], list[tuple]]:
+    """The points of several runs of one variant (``{seed: history}``) for one pooled trend: each
+    (seed, task) is its own fixed effect, each (seed, iteration) a resampled unit. Returns
+    ``(points, clusters)`` for :func:`reward_trend`."""
+    points: list[Point] = []
+    clusters: list[tuple] = []
+    for run, history in histories.items():
+        for it, task, y in task_points(history, x):
+            points.append((it, f"{run}/{task}", y))
+            clusters.append((run, it))
+    return points, clusters
 
 
 def trend_metrics(points: Iterable[Point], prefix: str) -> dict[str, float]:
