@@ -43,8 +43,8 @@ def tree(model_dir, tmp_path_factory):
 
 def small_cfg(**over) -> AppoConfig:
     p = copy.deepcopy(PARAMS)
-    p["appo"].update(iterations=3, tasks_per_iteration=1, tasks=[list_tasks(split="train")[0].task_id], n_init=2,
-                     n_branch=2, max_steps=2, max_new_tokens=8, concurrency=2, **over)
+    p["appo"].update({"iterations": 3, "tasks_per_iteration": 1, "tasks": [list_tasks(split="train")[0].task_id],
+                      "n_init": 2, "n_branch": 2, "max_steps": 2, "max_new_tokens": 8, "concurrency": 2, **over})
     p["appo"]["train"].update(grad_accum=2)
     return AppoConfig.from_params(p, "appo")
 
@@ -213,6 +213,8 @@ def test_params_refuse_unknown_keys_and_variants_overlay():
     assert AppoConfig.from_params(p, "appo_no_future").weight == 0.0
     assert AppoConfig.from_params(p, "appo_single_group").single_group
     assert AppoConfig.from_params(p, "appo_entropy_only").entropy_only
+    assert AppoConfig.from_params(p, "appo_mixed").task_sampling == "mixed"
+    assert AppoConfig.from_params(p, "appo").task_sampling == "uniform"  # the paper's method stays as it is
     p["appo"]["variants"]["appo"] = {"wieght": 0}
     with pytest.raises(ValueError, match=r"appo.variants.appo: unknown key\(s\) \['wieght'\]"):
         AppoConfig.from_params(p, "appo")
@@ -283,3 +285,42 @@ def test_seq_mean_weighs_every_episode_the_same():
     assert rows[0]["advantages"] == pytest.approx([0.0, 2.0, 2.0])
     assert rows[1]["advantages"] == pytest.approx([0.0, -2 / 3, -2 / 3, -2 / 3])
     assert sum(a for r in rows for a in r["advantages"]) == pytest.approx(0.0)  # each episode weighs 4 tokens' worth
+
+
+def test_mixed_task_sampling_draws_flat_tasks_less_and_uniform_is_unchanged():
+    import random
+
+    from apollo.rl.appo_loop import _pick_tasks, draw_tasks, flat_tasks, rollout_stats
+
+    # the spread of each task's initial rewards is recorded; a task's latest draw decides
+    hist = [{"reward.spread.a": 0.0, "reward.spread.b": 0.5}, {"reward.spread.b": 0.0, "reward.spread.c": 0.2},
+            {"reward.spread.a": 0.3}]
+    assert flat_tasks(hist) == {"b"}
+    ids = ["a", "b", "c", "d"]
+    # uniform: exactly random.sample, as before this option existed
+    assert draw_tasks(ids, 2, random.Random(7)) == random.Random(7).sample(ids, 2)
+    counts = dict.fromkeys(ids, 0)
+    for i in range(4000):
+        for t in draw_tasks(ids, 2, random.Random(i), {"a": 1.0, "b": 0.25, "c": 1.0, "d": 1.0}):
+            counts[t] += 1
+    assert len(set(draw_tasks(ids, 2, random.Random(1), {"b": 0.25}))) == 2  # distinct
+    assert counts["b"] < 0.5 * min(counts["a"], counts["c"], counts["d"]), counts  # ~0.33 of the others here
+    assert draw_tasks(ids, 2, random.Random(3), {"b": 0.25}) == draw_tasks(ids, 2, random.Random(3), {"b": 0.25})
+
+    # through the loop's picker, on the suite's train tasks: uniform ignores the history
+    cfg = small_cfg(tasks=None, tasks_per_iteration=2)
+    uni = [t.task_id for t in _pick_tasks(cfg, 0, 5, hist)]
+    assert uni == [t.task_id for t in _pick_tasks(cfg, 0, 5)]
+    mixed = small_cfg(tasks=None, tasks_per_iteration=2, task_sampling="mixed", flat_task_weight=0.01)
+    all_ids = sorted(t.task_id for t in list_tasks(split="train"))
+    flat_all_but_two = [{f"reward.spread.{t}": 0.0 for t in all_ids[2:]}]
+    picks = [sorted(t.task_id for t in _pick_tasks(mixed, 0, it, flat_all_but_two)) for it in range(20)]
+    # the two tasks with signal are drawn together in most iterations (uniform: 1 in 153)
+    assert sum(p == all_ids[:2] for p in picks) >= 10, picks
+
+    stats = rollout_stats([], {})
+    assert not any(k.startswith("reward.spread.") for k in stats)
+    with pytest.raises(ValueError, match="task_sampling"):
+        p = copy.deepcopy(PARAMS)
+        p["appo"]["task_sampling"] = "greedy"
+        AppoConfig.from_params(p, "appo")

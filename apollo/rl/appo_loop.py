@@ -77,6 +77,8 @@ class AppoConfig:
     norm_by_std: bool  # GRPO: divide by the group std
     kl_coef: float  # k3 KL to the reference (base) policy; 0: off
     loss_agg: str  # token_mean (the reference's: every trained token weighs the same) | seq_mean (every episode)
+    task_sampling: str  # uniform (the reference's) | mixed (tasks whose last group was all-equal drawn less)
+    flat_task_weight: float  # task_sampling mixed: the draw weight of such a task (others 1)
     engine: str  # hf | vllm_server
     temperature: float
     max_new_tokens: int
@@ -118,6 +120,9 @@ class AppoConfig:
                              f"{cfg.n_init}, {cfg.n_branch}")
         if cfg.loss_agg not in ("token_mean", "seq_mean"):
             raise ValueError(f"params.yaml: appo.loss_agg must be token_mean or seq_mean, not {cfg.loss_agg!r}")
+        if cfg.task_sampling not in ("uniform", "mixed") or not 0.0 < cfg.flat_task_weight <= 1.0:
+            raise ValueError("params.yaml: appo.task_sampling must be uniform or mixed and flat_task_weight in "
+                             f"(0, 1]; got {cfg.task_sampling!r}, {cfg.flat_task_weight}")
         if cfg.engine not in ("hf", "vllm_server"):
             raise ValueError(f"params.yaml: appo.engine must be hf or vllm_server, not {cfg.engine!r}")
         return cfg
@@ -288,7 +293,32 @@ class IterationCheckpoints:
 # --- the loop --------------------------------------------------------------------------------------
 
 
-def _pick_tasks(cfg: AppoConfig, seed: int, iteration: int) -> list[Any]:
+def flat_tasks(history: list[dict[str, Any]]) -> set[str]:
+    """Tasks whose latest draw gave every initial episode the same reward (``reward.spread.<id>`` 0):
+    their GRPO group had no signal."""
+    last: dict[str, float] = {}
+    for h in history:
+        for k, v in h.items():
+            if k.startswith("reward.spread."):
+                last[k[len("reward.spread."):]] = float(v)
+    return {t for t, spread in last.items() if spread <= 1e-9}
+
+
+def draw_tasks(task_ids: list[str], k: int, rng: random.Random, weights: dict[str, float] | None = None) -> list[str]:
+    """``k`` distinct tasks: uniform (``random.sample``, the reference's) or, with ``weights``, weighted
+    without replacement (Efraimidis–Spirakis keys ``u ** (1 / w)``). Pure: the same rng state gives the
+    same draw, so a resumed run draws what the killed one would have."""
+    k = min(k, len(task_ids))
+    if weights is None:
+        return rng.sample(task_ids, k)
+    keyed = sorted(((rng.random() ** (1.0 / weights.get(t, 1.0)), t) for t in task_ids), reverse=True)
+    return [t for _, t in keyed[:k]]
+
+
+def _pick_tasks(cfg: AppoConfig, seed: int, iteration: int, history: list[dict[str, Any]] | None = None) -> list[Any]:
+    """The iteration's train tasks: seeded by (seed, iteration); ``task_sampling: mixed`` draws a task
+    whose latest group was all-equal (no GRPO signal: always solved or never) with weight
+    ``flat_task_weight`` (DAPO's dynamic sampling, without the extra rollouts it costs)."""
     from apollo.env.tasks import list_tasks
 
     tasks = list_tasks(split="train")
@@ -298,7 +328,13 @@ def _pick_tasks(cfg: AppoConfig, seed: int, iteration: int) -> list[Any]:
             raise ValueError(f"params.yaml: appo.tasks: no train task {unknown}")
         tasks = [t for t in tasks if t.task_id in set(cfg.tasks)]
     rng = random.Random(seed * 1_000_003 + iteration)
-    return rng.sample(tasks, min(cfg.tasks_per_iteration, len(tasks)))
+    if cfg.task_sampling == "uniform":
+        return rng.sample(tasks, min(cfg.tasks_per_iteration, len(tasks)))
+    flat = flat_tasks(history or [])
+    by_id = {t.task_id: t for t in tasks}
+    ids = draw_tasks(sorted(by_id), cfg.tasks_per_iteration, rng,
+                     {t: (cfg.flat_task_weight if t in flat else 1.0) for t in by_id})
+    return [by_id[t] for t in ids]
 
 
 def row_logprobs(model: torch.nn.Module, rows: list[dict[str, Any]], key: str) -> None:
@@ -325,6 +361,7 @@ def rollout_stats(trajs: list[Trajectory], engine_stats: dict[str, int]) -> dict
         per_task.setdefault(t.task_id, []).append((t.final_score or 0.0) / 100)
     return {
         **{f"reward.task.{k}": mean(v) for k, v in sorted(per_task.items())},
+        **{f"reward.spread.{k}": max(v) - min(v) for k, v in sorted(per_task.items())},
         "reward.mean": mean(r_init) if r_init else 0.0,
         "reward.std": pstdev(r_init) if len(r_init) > 1 else 0.0,
         "reward.branch_mean": mean(r_br) if r_br else 0.0,
@@ -402,7 +439,7 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
     try:
         for it in range(start_it, last):
             t0 = time.perf_counter()
-            tasks = _pick_tasks(cfg, seed, it)
+            tasks = _pick_tasks(cfg, seed, it, history)
             if hasattr(engine, "reset_stats"):
                 engine.reset_stats()
 
