@@ -91,11 +91,16 @@ def test_trend_report_reads_appo_and_sao_histories(tmp_path, capsys):
         [{"step": i, "reward": 0.5, "reward.task.x": 0.5} for i in range(1, 7)]))
     out = tmp_path / "t.json"
     assert main(["appo", "sao", "nothing", "--models", str(tmp_path), "--json", str(out),
-                 "--plot", str(tmp_path / "t.png")]) == 0
+                 "--plot", str(tmp_path / "t.png"), "--together"]) == 0
     text = capsys.readouterr()
     assert "no training history" in text.err and "nothing" in text.err
     rep = json.loads(out.read_text())
     assert rep["appo"]["pooled"]["slope"] == pytest.approx(0.02) and rep["appo"]["pooled"]["iterations"] == 27
     assert rep["sao"]["x"] == "step" and rep["sao"]["pooled"]["slope"] == pytest.approx(0.0)
     assert "(pooled over 3 seeds)" in text.out and (tmp_path / "t.png").stat().st_size > 0
+    # together: 3 APPO runs (2 tasks x 9 iterations, Sxx = 60 per task) rising 0.02 and one flat SAO
+    # run (1 task x 6 steps, Sxx = 17.5): slope = 0.02 * 360 / (360 + 17.5)
+    tog = rep["_together"]["pooled"]
+    assert tog["runs"] == 4 and tog["iterations"] == 33
+    assert tog["slope"] == pytest.approx(0.02 * 360 / 377.5, rel=1e-9)
     assert main(["nothing", "--models", str(tmp_path)]) == 1

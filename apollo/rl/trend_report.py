@@ -6,7 +6,8 @@ prints, per variant: each seed's within-task slope of the train reward per itera
 its 95% interval (:func:`apollo.rl.trend.reward_trend`), the mean reward of the first and last third
 of the iterations, and the slope **pooled over the seeds** ((seed, task) fixed effects, (seed,
 iteration) resampled; :func:`apollo.rl.trend.pooled_points`): one seed's 20 iterations rarely
-decide it, three seeds' 60 more often do. ``--plot PATH`` draws the per-iteration mean reward of
+decide it, three seeds' 60 more often do. ``--together`` adds one slope over every run of the
+variants given (e.g. APPO and its ablations: does the method family move the train reward). ``--plot PATH`` draws the per-iteration mean reward of
 every seed (``--json PATH`` writes the numbers). Read-only: the histories are the rl stages' outputs.
 """
 
@@ -72,6 +73,18 @@ def report(models: Path, variants: list[str]) -> dict[str, dict]:
     return out
 
 
+def pooled_over_variants(models: Path, variants: list[str]) -> dict[str, float]:
+    """One slope over every run of ``variants`` ((variant, seed, task) fixed effects, (variant, seed,
+    iteration) resampled): does the method family raise the train reward, whatever its ablation."""
+    hists: dict[str, list[dict]] = {}
+    x = "iteration"
+    for v in variants:
+        h, x = load_histories(models, v)
+        hists.update({f"{v}/{s}": hist for s, hist in h.items()})
+    pts, clusters = pooled_points(hists, x)
+    return {**reward_trend(pts, clusters=clusters), "runs": float(len(hists))}
+
+
 def render(rep: dict[str, dict]) -> str:
     lines = ["variant             seed   iters  reward 1st→last third   within-task slope per iteration [95% CI]"]
     for v, r in rep.items():
@@ -88,8 +101,9 @@ def plot(rep: dict[str, dict], models: Path, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(rep), figsize=(4 * len(rep), 3.2), sharey=True, squeeze=False)
-    for ax, (v, r) in zip(axes[0], rep.items()):
+    n = sum("seeds" in r for r in rep.values())
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.2), sharey=True, squeeze=False)
+    for ax, (v, r) in zip(axes[0], [(v, r) for v, r in rep.items() if "seeds" in r]):
         hists, x = load_histories(models, v)
         for s, h in hists.items():
             ax.plot([e[x] for e in h], [mean_reward(e) for e in h], marker=".", lw=1, label=s)
@@ -110,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="data/models", help="default: data/models")
     ap.add_argument("--json", default=None, help="also write the numbers here")
     ap.add_argument("--plot", default=None, help="also draw the reward curves here (PNG)")
+    ap.add_argument("--together", action="store_true",
+                    help="also one slope pooled over every run of the variants given (a method family)")
     args = ap.parse_args(argv)
     models = Path(args.models)
     rep = report(models, args.variants)
@@ -120,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     if not rep:
         return 1
     print(render(rep))
+    if args.together and len(rep) > 1:
+        t = pooled_over_variants(models, list(rep))
+        print(f"{'together':19s} {'all':5s} {'':6s}  {'':20s}   {_fmt(t)}  (pooled over {int(t['runs'])} runs of "
+              f"{', '.join(rep)})")
+        rep["_together"] = {"pooled": t, "variants": list(rep)}
     if args.json:
         p = Path(args.json)
         tmp = p.with_suffix(".tmp")
