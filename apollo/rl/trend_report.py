@@ -76,13 +76,16 @@ def report(models: Path, variants: list[str]) -> dict[str, dict]:
 def pooled_over_variants(models: Path, variants: list[str]) -> dict[str, float]:
     """One slope over every run of ``variants`` ((variant, seed, task) fixed effects, (variant, seed,
     iteration) resampled): does the method family raise the train reward, whatever its ablation."""
-    hists: dict[str, list[dict]] = {}
-    x = "iteration"
+    pts: list = []
+    clusters: list = []
+    runs = 0
     for v in variants:
-        h, x = load_histories(models, v)
-        hists.update({f"{v}/{s}": hist for s, hist in h.items()})
-    pts, clusters = pooled_points(hists, x)
-    return {**reward_trend(pts, clusters=clusters), "runs": float(len(hists))}
+        h, x = load_histories(models, v)  # each variant with its own x (APPO: iteration; SAO: step)
+        p, c = pooled_points({f"{v}/{s}": hist for s, hist in h.items()}, x)
+        pts += p
+        clusters += c
+        runs += len(h)
+    return {**reward_trend(pts, clusters=clusters), "runs": float(runs)}
 
 
 def render(rep: dict[str, dict]) -> str:
