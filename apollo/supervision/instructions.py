@@ -183,11 +183,17 @@ def _last_value_in(content: str, key: str) -> str | None:
     return ms[-1].group(1) if ms else None
 
 
+def _flag_value(cmd: str, flag: str) -> str | None:
+    """The value ``cmd`` gives ``flag`` (``--f v`` or ``--f=v``), None when it is not there."""
+    m = re.search(rf"{re.escape(flag)}[= ]+([^\s;&|]+)", cmd)
+    return m.group(1) if m else None
+
+
 def _flags_match(cmd: str, values: dict[str, str]) -> bool:
     """Every flag the directive gives a value for is on ``cmd`` with that value."""
     for fl, v in values.items():
-        m = re.search(rf"{re.escape(fl)}[= ]+([^\s;&|]+)", cmd)
-        if v and (m is None or _norm_value(m.group(1)) != _norm_value(v)):
+        got = _flag_value(cmd, fl)
+        if v and (got is None or _norm_value(got) != _norm_value(v)):
             return False
     return True
 
@@ -230,8 +236,8 @@ def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
                 reason = f"edited {d.target} without reading it first, as told ({d.describe()})"
             elif d.kind == "use_script":
                 if d.target in runs:
-                    bad = [(fl, v) for fl, v in d.values.items() if v and (m := re.search(
-                        rf"{re.escape(fl)}[= ]+([^\s;&|]+)", f.command(i))) and _norm_value(m.group(1)) != _norm_value(v)]
+                    bad = [(fl, v) for fl, v in d.values.items() if v and (got := _flag_value(f.command(i), fl))
+                           is not None and _norm_value(got) != _norm_value(v)]
                     if bad:
                         fl, v = bad[0]
                         reason = f"ran {d.target} with another {fl} than the {v} asked for ({d.describe()})"
