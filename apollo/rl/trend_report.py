@@ -54,13 +54,18 @@ def _fmt(t: dict[str, float]) -> str:
     return f"{t['slope']:+.4f}{ci}"
 
 
-def report(models: Path, variants: list[str]) -> dict[str, dict]:
+Runs = dict[str, tuple[dict[str, list[dict]], str]]  # variant -> ({seed: history}, x), read once
+
+
+def load_runs(models: Path, variants: list[str]) -> Runs:
+    """The histories of every variant that has any (:func:`load_histories`)."""
+    return {v: hx for v in variants if (hx := load_histories(models, v))[0]}
+
+
+def report(runs: Runs) -> dict[str, dict]:
     """Per variant: ``seeds`` {seed: {trend, first_third, last_third, iterations}} and ``pooled``."""
     out: dict[str, dict] = {}
-    for v in variants:
-        hists, x = load_histories(models, v)
-        if not hists:
-            continue
+    for v, (hists, x) in runs.items():
         seeds = {}
         for s, h in hists.items():
             r = [y for y in map(mean_reward, h) if math.isfinite(y)]
@@ -73,19 +78,16 @@ def report(models: Path, variants: list[str]) -> dict[str, dict]:
     return out
 
 
-def pooled_over_variants(models: Path, variants: list[str]) -> dict[str, float]:
-    """One slope over every run of ``variants`` ((variant, seed, task) fixed effects, (variant, seed,
+def pooled_over_variants(runs: Runs) -> dict[str, float]:
+    """One slope over every run of the variants ((variant, seed, task) fixed effects, (variant, seed,
     iteration) resampled): does the method family raise the train reward, whatever its ablation."""
     pts: list = []
     clusters: list = []
-    runs = 0
-    for v in variants:
-        h, x = load_histories(models, v)  # each variant with its own x (APPO: iteration; SAO: step)
+    for v, (h, x) in runs.items():  # each variant with its own x (APPO: iteration; SAO: step)
         p, c = pooled_points({f"{v}/{s}": hist for s, hist in h.items()}, x)
         pts += p
         clusters += c
-        runs += len(h)
-    return {**reward_trend(pts, clusters=clusters), "runs": float(runs)}
+    return {**reward_trend(pts, clusters=clusters), "runs": float(sum(len(h) for h, _ in runs.values()))}
 
 
 def render(rep: dict[str, dict]) -> str:
@@ -98,16 +100,15 @@ def render(rep: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rep: dict[str, dict], models: Path, path: Path) -> None:
+def plot(rep: dict[str, dict], runs: Runs, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = sum("seeds" in r for r in rep.values())
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.2), sharey=True, squeeze=False)
-    for ax, (v, r) in zip(axes[0], [(v, r) for v, r in rep.items() if "seeds" in r]):
-        hists, x = load_histories(models, v)
+    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.2), sharey=True, squeeze=False)
+    for ax, (v, (hists, x)) in zip(axes[0], runs.items()):
+        r = rep[v]
         for s, h in hists.items():
             ax.plot([e[x] for e in h], [mean_reward(e) for e in h], marker=".", lw=1, label=s)
         ax.set_title(f"{v}\npooled slope {_fmt(r['pooled'])}", fontsize=8)
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also one slope pooled over every run of the variants given (a method family)")
     args = ap.parse_args(argv)
     models = Path(args.models)
-    rep = report(models, args.variants)
+    runs = load_runs(models, args.variants)
+    rep = report(runs)
     missing = [v for v in args.variants if v not in rep]
     if missing:
         print(f"trend_report: no training history under {models}/<variant>/s*/ for: {', '.join(missing)}",
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(render(rep))
     if args.together and len(rep) > 1:
-        t = pooled_over_variants(models, list(rep))
+        t = pooled_over_variants(runs)
         print(f"{'together':19s} {'all':5s} {'':6s}  {'':20s}   {_fmt(t)}  (pooled over {int(t['runs'])} runs of "
               f"{', '.join(rep)})")
         rep["_together"] = {"pooled": t, "variants": list(rep)}
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(rep, indent=1, default=float) + "\n")
         tmp.replace(p)
     if args.plot:
-        plot(rep, models, Path(args.plot))
+        plot(rep, runs, Path(args.plot))
     return 0
 
 
