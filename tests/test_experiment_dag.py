@@ -14,7 +14,7 @@ from apollo.experiment.variants import VariantTableError, cells, check_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
-APPO = ["appo", "appo_no_future", "appo_single_group", "appo_entropy_only", "appo_mixed"]
+APPO = ["appo", "appo_no_future", "appo_single_group", "appo_entropy_only", "appo_mixed", "appo_mixed_lr"]
 SAO = ["sao", "sao_guided", "grpo_async", "grpo_sync"]
 RL = APPO + SAO
 

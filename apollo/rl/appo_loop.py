@@ -105,7 +105,8 @@ class AppoConfig:
             unknown = sorted(set(over) - {f.name for f in fields(cls)})
             if unknown:
                 raise ValueError(f"params.yaml: appo.variants.{variant}: unknown key(s) {unknown}")
-            p.update(over)
+            for k, v in over.items():  # a dict (train, server) is overlaid key by key, not replaced
+                p[k] = {**p[k], **v} if isinstance(v, dict) and isinstance(p.get(k), dict) else v
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(p) - known)
         if unknown:
