@@ -216,7 +216,7 @@ def test_params_refuse_unknown_keys_and_variants_overlay():
     assert AppoConfig.from_params(p, "appo_mixed").task_sampling == "mixed"
     assert AppoConfig.from_params(p, "appo").task_sampling == "uniform"  # the paper's method stays as it is
     lr = AppoConfig.from_params(p, "appo_mixed_lr")  # a dict override is overlaid key by key
-    assert lr.train["lr"] == 4.0e-4 and lr.train["epochs"] == 2
+    assert lr.train["lr"] == 2.0e-4 and lr.train["min_lr"] == 2.0e-4
     assert lr.train["grad_accum"] == p["appo"]["train"]["grad_accum"] and AppoConfig.from_params(p, "appo").train["epochs"] == 1
     p["appo"]["variants"]["appo"] = {"wieght": 0}
     with pytest.raises(ValueError, match=r"appo.variants.appo: unknown key\(s\) \['wieght'\]"):
