@@ -7,8 +7,8 @@ difference with a 95% t-interval over (task, sample) pairs, and the fraction of 
 
 Uses params.yaml's ``rollout`` section (engine, temperature, annotator timing) and the suite in
 ``data/suite`` (or ``$APOLLO_SUITE_ROOT``; generated into a temporary folder if missing).
-Not part of ``make bench`` (it takes minutes). Note: HF sampling seeds race across worker threads
-until each engine call gets its own generator (issue 12.3), which adds noise, not bias, to the pairs.
+Not part of ``make bench`` (it takes minutes). ``--dump DIR`` keeps both arms' trajectories
+(``DIR/<guided|unguided>-s<seed>.jsonl``) to read what the advice said and what the policy did next.
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--model", default="data/models/base")
     ap.add_argument("--out", default=None, help="write the per-pair results as JSON here")
+    ap.add_argument("--dump", default=None, help="write both arms' trajectories (jsonl per arm and seed) into this folder")
     args = ap.parse_args()
 
     from apollo.config import load_params
     from apollo.env.tasks import default_suite_root
     from apollo.guidance.annotator import AnnotatorConfig
     from apollo.guidance.runtime import guidance_session, settings_from
-    from apollo.stages.common import agent_config, episode, plan_jobs, run_jobs
-    from apollo.stages.rollout import engine_for
+    from apollo.stages.common import aepisode, agent_config, engine_session, plan_jobs, run_jobs
 
     params = load_params()
     p = params["rollout"]
@@ -66,26 +66,38 @@ def main() -> None:
         os.environ["APOLLO_SUITE_ROOT"] = str(root)
     from apollo.env.tasks import load_task
 
-    engine = engine_for(params, args.model, section_name="rollout")
     cfg = agent_config(p)
     a = p.get("annotator", {}) or {}
     acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
                            max_per_trajectory=int(a.get("max_per_trajectory", 3)))
     pairs, t0 = [], time.perf_counter()
+    dump = Path(args.dump) if args.dump else None
+    if dump:
+        dump.mkdir(parents=True, exist_ok=True)
+    # the rollout stage's engine (params.yaml rollout.engine) and its async episodes, as `rollout@` runs them
+    stack = engine_session(p, args.model)
+    engine = stack.__enter__()
     for seed in args.seeds:
         jobs = plan_jobs({**params, "seed": seed}, "rollout", "train")
         arms = {}
         with tempfile.TemporaryDirectory(prefix="apollo-lift-") as wd:
             for arm in ("unguided", "guided"):
+                def one_with(channel):
+                    async def one(j):
+                        return await aepisode(load_task(j.task_id, view_hint=bool(p.get("view_hint", False))),
+                                              engine, j, cfg, guidance=channel)
+                    return one
                 if arm == "guided":
                     with guidance_session(settings_from({"guidance": {"mode": "store"}}),
                                           Path(wd) / "guidance.sqlite", acfg) as channel:
-                        trajs = run_jobs(jobs, lambda j: episode(load_task(j.task_id), engine, j, cfg, guidance=channel),
-                                         args.workers, f"seed {seed} guided")
+                        trajs = run_jobs(jobs, one_with(channel), args.workers, f"seed {seed} guided", engine=engine)
                 else:
-                    trajs = run_jobs(jobs, lambda j: episode(load_task(j.task_id), engine, j, cfg),
-                                     args.workers, f"seed {seed} unguided")
+                    trajs = run_jobs(jobs, one_with(None), args.workers, f"seed {seed} unguided", engine=engine)
                 arms[arm] = {(t.task_id, t.seed): t for t in trajs}
+                if dump:
+                    from apollo.schema import write_trajectories
+
+                    write_trajectories(dump / f"{arm}-s{seed}.jsonl", trajs)
         rows = []
         for key, u in arms["unguided"].items():
             g = arms["guided"][key]
@@ -105,6 +117,7 @@ def main() -> None:
     print(f"all seeds {args.seeds}: n={len(d)} lift {m:+.2f} [{m - half:+.2f}, {m + half:+.2f}] "
           f"(95% t-interval over pairs), guided trajectories {sum(r['guided_msgs'] > 0 for r in pairs) / len(pairs):.0%}, "
           f"{time.perf_counter() - t0:.0f}s")
+    stack.__exit__(None, None, None)
     if args.out:
         Path(args.out).write_text(json.dumps(pairs, indent=1) + "\n")
 

@@ -5,6 +5,7 @@ upsampled ×7 / ×10 — not on one whole-trajectory conversation with every ass
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -73,3 +74,42 @@ def test_bootstrap_without_trainable_samples_fails_clearly(demos, tmp_path):
     t.steps, t.summaries = [], []
     with pytest.raises(ValueError, match="no trainable sample"):
         bootstrap_model(tmp_path / "m", [t], preset="micro", sft=replace(bc_defaults(), max_steps=1, progress=False))
+
+
+def test_demonstrations_are_deterministic_and_follow_the_advice(tmp_path):
+    """The demonstrations' annotator runs inline: the same advice at the same step on every run,
+    whatever the machine's speed (it used to be a process on a wall-clock delay, so two bootstraps of
+    the same code made different base models). With ``key_noise`` the agent takes the naive way at
+    the key step; the advice names the command, and the next action runs exactly that command."""
+    from apollo.stages.bootstrap import make_demonstrations
+
+    # key_noise applies to noisy demos only; noise 1e-9 makes them noisy with no other mistake
+    p = {"families": ["data_construction"], "demo_tasks_per_family": 2, "demos_per_task": 1, "noise": 1e-9,
+         "key_noise": 1.0, "clean_every": 0, "max_steps": 12, "workers": 2, "annotator": {"max_per_trajectory": 3}}
+
+    def advice_and_next(demos):
+        out = []
+        for t in sorted(demos, key=lambda t: (t.task_id, t.seed)):
+            for i, s in enumerate(t.steps):
+                for g in s.guidance:
+                    out.append((t.task_id, i, g.text, s.action.tool, json.dumps(s.action.arguments)))
+        return out
+
+    first = make_demonstrations(p, 0, tmp_path / "a")
+    again = make_demonstrations(p, 0, tmp_path / "b")
+    a, b = advice_and_next(first), advice_and_next(again)
+    assert a and a == b
+    assert all("ignore_script" in t.meta["mistakes"] for t in first)
+    for _, _, text, tool, args in a:
+        if text.startswith("Run scripts/build_dataset.py"):
+            per = text.split("--per-template ")[1].split(";")[0].split()[0]
+            assert tool == "run_command" and "--expand-templates" in args and f"--per-template {per}" in args
+    assert all((t.final_score or 0) >= 70 for t in first)
+
+
+def test_bootstrap_annotator_params_are_checked(tmp_path):
+    from apollo.stages.bootstrap import make_demonstrations
+
+    with pytest.raises(ValueError, match=r"bootstrap.annotator: unknown field\(s\) \['delay_s'\]"):
+        make_demonstrations({"families": ["data_construction"], "demo_tasks_per_family": 1,
+                             "annotator": {"delay_s": 0.3}}, 0, tmp_path)

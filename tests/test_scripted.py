@@ -115,6 +115,18 @@ def test_check_deviation_blind_edit(family: str) -> None:
     assert check_deviation(t, steps) is None
 
 
+def test_check_deviation_ignores_edits_that_did_not_happen() -> None:
+    """An edit_file without a path, or one the tool refused, changed nothing: advising "Open None and
+    read it" (what the annotator said to the tiny policy's malformed calls) helps nobody."""
+    t = BY_FAMILY["loss_design"][0]
+    no_path = [("edit_file", {"session_id": "train"}, "Error: edit_file got unknown argument(s) ['session_id'].")]
+    refused = [("edit_file", {"path": "edit_file", "start_line": 1, "end_line": 2, "content": "x"},
+                "Error: edit_file is not a file; use create_file.")]
+    for steps in (no_path, refused):
+        g = check_deviation(t, steps)
+        assert g is None or not g.startswith("Open "), g
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_check_deviation_ignored_key_step(family: str) -> None:
     """The naive action instead of the key step draws the key step's advice once the agent evaluates."""

@@ -65,13 +65,13 @@ class ScriptedEngine:
     name = "scripted"
 
     def __init__(self, task: Any, *, noise: float = 0.0, seed: int = 0, tokenizer: Any = None,
-                 policy_id: str = "scripted"):
+                 policy_id: str = "scripted", key_noise: float = 0.0):
         from apollo.env.scripted import ScriptedAgent
 
         self.policy_id = policy_id if noise == 0 else f"{policy_id}-noise{noise:g}"
         self.policy_version = 0
         self.tokenizer = tokenizer
-        self.agent = ScriptedAgent(task, random.Random(seed), noise=noise)
+        self.agent = ScriptedAgent(task, random.Random(seed), noise=noise, key_noise=key_noise)
         self._memory: list[tuple[str | None, dict, str]] = []
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:

@@ -2,7 +2,8 @@
 
 * :class:`ScriptedAgent` follows the task's hidden reference plan (then ``eval`` and ``finish``);
   with ``noise > 0`` it makes realistic mistakes (:data:`MISTAKE_KINDS`), recorded in
-  ``agent.mistakes``. After guidance it corrects course toward the plan. Its actions are what the
+  ``agent.mistakes``; with ``key_noise > 0`` it also takes a key step's naive way with that
+  probability (the mistake the annotator's advice corrects with a concrete command or values). After guidance it corrects course toward the plan. Its actions are what the
   tiny model is behaviour-cloned from, so thoughts are short templates.
 * :func:`check_deviation` is the simulated annotator's judgement: a short, concrete guidance text
   when the agent's steps deviate from the reference plan, else ``None``.
@@ -47,10 +48,11 @@ class ScriptedAgent:
     Each mistake kind happens at most once per episode, so an episode always terminates.
     """
 
-    def __init__(self, task: TaskSpec, rng: random.Random, noise: float = 0.0) -> None:
+    def __init__(self, task: TaskSpec, rng: random.Random, noise: float = 0.0, key_noise: float = 0.0) -> None:
         self.task = task
         self.rng = rng
         self.noise = noise
+        self.key_noise = key_noise  # P(the naive way at a key step that has one), on top of ``noise``
         self.script: list[dict[str, Any]] = [*reference_plan(task), _EVAL_STEP, _FINISH_STEP]
         self.pos = 0
         self.mistakes: list[str] = []
@@ -125,12 +127,13 @@ class ScriptedAgent:
         if self._calm > 0:
             self._calm -= 1
             return None
-        if self.noise <= 0.0 or self.rng.random() >= self.noise:
-            return None
         kinds = self._applicable(step)
-        if not kinds:
+        if self.key_noise > 0.0 and "ignore_script" in kinds and self.rng.random() < self.key_noise:
+            kind = "ignore_script"  # the mistake whose correction is the advice's own command or values
+        elif self.noise <= 0.0 or self.rng.random() >= self.noise or not kinds:
             return None
-        kind = self.rng.choice(kinds)
+        else:
+            kind = self.rng.choice(kinds)
         self.mistakes.append(kind)
         if kind == "invalid_action":
             args = dict(step["arguments"])
@@ -208,9 +211,9 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
         return _cap(f"Use a listed tool with all its arguments, e.g. {TOOL_SPECS[want['tool']].usage()}.")
 
     # 2. blind edit
-    for i, (tool, args, _) in enumerate(steps):
-        if tool != "edit_file" or not isinstance(args, dict):
-            continue
+    for i, (tool, args, obs) in enumerate(steps):
+        if tool != "edit_file" or not isinstance(args, dict) or not args.get("path") or obs.startswith(("Error", "Invalid")):
+            continue  # an edit that did not happen (no path, refused) is no blind edit: "Open None …" helps nobody
         path = _norm(args.get("path"))
         opened = any(t == "open_file" and _norm(a.get("path")) == path for j, (t, a, _) in enumerate(steps) if j != i)
         if not opened:

@@ -2,8 +2,8 @@
 
 * ``model.source: embedded`` (default): make the tiny model here, with no download. Fresh task
   instances (seeds disjoint from the train and test suites) are generated; the noisy scripted agent
-  works them while the simulated annotator watches, so demonstrations hold realistic mistakes and
-  guidance-following; the tiny Qwen2 model is behaviour-cloned on them through the dataset builder
+  works them while the simulated annotator watches (inline: its advice reaches the agent at the next
+  step, deterministically), so demonstrations hold realistic mistakes and guidance-following; the tiny Qwen2 model is behaviour-cloned on them through the dataset builder
   (:mod:`apollo.data.build`): the same context windows, trainable flags and summary samples the agent
   sees at inference, the same data path as masked SFT.
 * ``model.source: hf``: copy a local Hugging Face model directory (``model.hf_path``) into place.
@@ -42,21 +42,20 @@ def demo_instances(per_family: int, seed: int, families: list[str] | None = None
 
 def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Trajectory]:
     """Noisy scripted rollouts on fresh instances, with the simulated annotator in the loop."""
+    from apollo.agent.inline_annotator import InlineAnnotator
     from apollo.agent.react import AgentConfig
     from apollo.engines.scripted import ScriptedEngine
     from apollo.env.generate import generate_suite
     from apollo.env.tasks import list_tasks
-    from apollo.guidance.annotator import AnnotatorConfig, AnnotatorProcess
-    from apollo.guidance.store import GuidanceStore
+    from apollo.guidance.annotator import AnnotatorConfig
     from apollo.stages.common import RolloutJob, episode, run_jobs
 
     suite = workdir / "suite"
     generate_suite(suite, demo_instances(int(p.get("demo_tasks_per_family", 8)), seed, p.get("families")))
     tasks = {t.task_id: t for t in list_tasks(suite_root=suite)}
-    store_path = workdir / "guidance.sqlite"
-    store = GuidanceStore(store_path)
     n = int(p.get("demos_per_task", 2))
     noise = float(p.get("noise", 0.3))
+    key_noise = float(p.get("key_noise", 0.0))
     jobs = [RolloutJob(tid, s, seed * 10_000 + i * 10 + s, "train") for i, tid in enumerate(sorted(tasks))
             for s in range(n)]
     # same η_L as the rollouts (the scripted engine estimates ~3 characters per token), so long
@@ -64,19 +63,26 @@ def make_demonstrations(p: dict[str, Any], seed: int, workdir: Path) -> list[Tra
     cfg = AgentConfig(max_steps=int(p.get("max_steps", 14)), context_tokens=int(p.get("context_tokens", 3800)),
                       max_output_chars=int(p.get("max_output_chars", 1500)))
     a = p.get("annotator", {}) or {}
-    acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 0.3)), poll_s=0.05,
-                           max_per_trajectory=int(a.get("max_per_trajectory", 3)))
+    unknown = sorted(set(a) - {"max_per_trajectory"})
+    if unknown:
+        raise ValueError(f"params.yaml: bootstrap.annotator: unknown field(s) {unknown} (the demonstrations' "
+                         "annotator runs inline, with no delay: only max_per_trajectory is read)")
+    acfg = AnnotatorConfig(delay_s=0.0, poll_s=0.0, max_per_trajectory=int(a.get("max_per_trajectory", 3)))
     clean_every = int(p.get("clean_every", 3))
 
     def one(job: RolloutJob) -> Trajectory:
         job_noise = noise if is_noisy(job, clean_every) else 0.0
-        eng = ScriptedEngine(tasks[job.task_id], noise=job_noise, seed=job.seed)
-        t = episode(tasks[job.task_id], eng, job, cfg, guidance=store, meta={"noise": job_noise})
+        eng = ScriptedEngine(tasks[job.task_id], noise=job_noise, seed=job.seed,
+                             key_noise=key_noise if job_noise > 0 else 0.0)
+        # the simulated annotator inline: advice noticed after step i is in the context of step i + 1,
+        # whatever the machine's speed, so two bootstraps of the same code make the same demonstrations
+        with InlineAnnotator(tasks[job.task_id], acfg) as channel:
+            t = episode(tasks[job.task_id], eng, job, cfg, guidance=channel,
+                        meta={"noise": job_noise, "key_noise": eng.agent.key_noise})
         t.meta["mistakes"] = list(eng.agent.mistakes)
         return t
 
-    with AnnotatorProcess(store_path, acfg, suite_root=suite):
-        return run_jobs(jobs, one, int(p.get("workers", 8)), "demonstrations")
+    return run_jobs(jobs, one, int(p.get("workers", 8)), "demonstrations")
 
 
 def is_noisy(job: Any, clean_every: int) -> bool:
