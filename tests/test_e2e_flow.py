@@ -31,7 +31,7 @@ SMALL = {
     "suite": {"seed": 0},
     "bootstrap": {"preset": "micro", "vocab_size": 800, "families": ["data_filtering"],
                   "demo_tasks_per_family": 2, "demos_per_task": 1, "noise": 0.0, "max_steps": 8, "workers": 2,
-                  "annotator": {"delay_s": 0.1},
+                  "annotator": {"max_per_trajectory": 3},
                   "sft": {"lr": 0.01, "min_lr": 0.002, "warmup_steps": 5, "max_steps": 30, "micro_batch_size": 1,
                           "grad_accum": 1, "max_length": 2048, "progress": False}},
     "rollout": {"engine": "scripted", "noise": 0.5, "samples_per_task": 1, "max_steps": 6,
