@@ -52,6 +52,7 @@ def main() -> None:
     from apollo.env.tasks import default_suite_root
     from apollo.guidance.annotator import AnnotatorConfig
     from apollo.guidance.runtime import guidance_session, settings_from
+    from apollo.schema import write_trajectories
     from apollo.stages.common import aepisode, agent_config, engine_session, plan_jobs, run_jobs
 
     params = load_params()
@@ -74,50 +75,47 @@ def main() -> None:
     dump = Path(args.dump) if args.dump else None
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
-    # the rollout stage's engine (params.yaml rollout.engine) and its async episodes, as `rollout@` runs them
-    stack = engine_session(p, args.model)
-    engine = stack.__enter__()
-    for seed in args.seeds:
-        jobs = plan_jobs({**params, "seed": seed}, "rollout", "train")
-        arms = {}
-        with tempfile.TemporaryDirectory(prefix="apollo-lift-") as wd:
-            for arm in ("unguided", "guided"):
-                def one_with(channel):
-                    async def one(j):
-                        return await aepisode(load_task(j.task_id, view_hint=bool(p.get("view_hint", False))),
-                                              engine, j, cfg, guidance=channel)
-                    return one
-                if arm == "guided":
-                    with guidance_session(settings_from({"guidance": {"mode": "store"}}),
-                                          Path(wd) / "guidance.sqlite", acfg) as channel:
-                        trajs = run_jobs(jobs, one_with(channel), args.workers, f"seed {seed} guided", engine=engine)
-                else:
-                    trajs = run_jobs(jobs, one_with(None), args.workers, f"seed {seed} unguided", engine=engine)
-                arms[arm] = {(t.task_id, t.seed): t for t in trajs}
-                if dump:
-                    from apollo.schema import write_trajectories
+    def one_with(engine, channel):
+        async def one(j):
+            return await aepisode(load_task(j.task_id, view_hint=bool(p.get("view_hint", False))),
+                                  engine, j, cfg, guidance=channel)
+        return one
 
-                    write_trajectories(dump / f"{arm}-s{seed}.jsonl", trajs)
-        rows = []
-        for key, u in arms["unguided"].items():
-            g = arms["guided"][key]
-            rows.append({"seed": seed, "task_id": key[0], "rollout_seed": key[1], "unguided": u.final_score or 0.0,
-                         "guided": g.final_score or 0.0, "guided_msgs": sum(len(s.guidance) for s in g.steps)})
-        d = [r["guided"] - r["unguided"] for r in rows]
-        m, sd = statistics.mean(d), statistics.stdev(d) if len(d) > 1 else float("nan")
-        half = t95(len(d)) * sd / math.sqrt(len(d))
-        print(f"seed {seed}: n={len(d)} unguided {statistics.mean(r['unguided'] for r in rows):.2f} "
-              f"guided {statistics.mean(r['guided'] for r in rows):.2f} lift {m:+.2f} "
-              f"[{m - half:+.2f}, {m + half:+.2f}] guided trajectories "
-              f"{sum(r['guided_msgs'] > 0 for r in rows) / len(rows):.0%}", flush=True)
-        pairs += rows
+    # the rollout stage's engine (params.yaml rollout.engine) and its async episodes, as `rollout@` runs them
+    with engine_session(p, args.model) as engine:
+        for seed in args.seeds:
+            jobs = plan_jobs({**params, "seed": seed}, "rollout", "train")
+            arms = {}
+            with tempfile.TemporaryDirectory(prefix="apollo-lift-") as wd:
+                for arm in ("unguided", "guided"):
+                    if arm == "guided":
+                        with guidance_session(settings_from({"guidance": {"mode": "store"}}),
+                                              Path(wd) / "guidance.sqlite", acfg) as channel:
+                            trajs = run_jobs(jobs, one_with(engine, channel), args.workers, f"seed {seed} guided", engine=engine)
+                    else:
+                        trajs = run_jobs(jobs, one_with(engine, None), args.workers, f"seed {seed} unguided", engine=engine)
+                    arms[arm] = {(t.task_id, t.seed): t for t in trajs}
+                    if dump:
+                        write_trajectories(dump / f"{arm}-s{seed}.jsonl", trajs)
+            rows = []
+            for key, u in arms["unguided"].items():
+                g = arms["guided"][key]
+                rows.append({"seed": seed, "task_id": key[0], "rollout_seed": key[1], "unguided": u.final_score or 0.0,
+                             "guided": g.final_score or 0.0, "guided_msgs": sum(len(s.guidance) for s in g.steps)})
+            d = [r["guided"] - r["unguided"] for r in rows]
+            m, sd = statistics.mean(d), statistics.stdev(d) if len(d) > 1 else float("nan")
+            half = t95(len(d)) * sd / math.sqrt(len(d))
+            print(f"seed {seed}: n={len(d)} unguided {statistics.mean(r['unguided'] for r in rows):.2f} "
+                  f"guided {statistics.mean(r['guided'] for r in rows):.2f} lift {m:+.2f} "
+                  f"[{m - half:+.2f}, {m + half:+.2f}] guided trajectories "
+                  f"{sum(r['guided_msgs'] > 0 for r in rows) / len(rows):.0%}", flush=True)
+            pairs += rows
     d = [r["guided"] - r["unguided"] for r in pairs]
     m, sd = statistics.mean(d), statistics.stdev(d)
     half = t95(len(d)) * sd / math.sqrt(len(d))
     print(f"all seeds {args.seeds}: n={len(d)} lift {m:+.2f} [{m - half:+.2f}, {m + half:+.2f}] "
           f"(95% t-interval over pairs), guided trajectories {sum(r['guided_msgs'] > 0 for r in pairs) / len(pairs):.0%}, "
           f"{time.perf_counter() - t0:.0f}s")
-    stack.__exit__(None, None, None)
     if args.out:
         Path(args.out).write_text(json.dumps(pairs, indent=1) + "\n")
 
