@@ -122,7 +122,9 @@ def test_check_deviation_ignores_edits_that_did_not_happen() -> None:
     no_path = [("edit_file", {"session_id": "train"}, "Error: edit_file got unknown argument(s) ['session_id'].")]
     refused = [("edit_file", {"path": "edit_file", "start_line": 1, "end_line": 2, "content": "x"},
                 "Error: edit_file is not a file; use create_file.")]
-    for steps in (no_path, refused):
+    sandbox_refused = [("edit_file", {"path": "../outside.py", "start_line": 1, "end_line": 2, "content": "x"},
+                        "Refused: path leaves the workspace: ../outside.py.")]
+    for steps in (no_path, refused, sandbox_refused):
         g = check_deviation(t, steps)
         assert g is None or not g.startswith("Open "), g
 
@@ -199,3 +201,19 @@ def test_check_deviation_accepts_a_rewritten_file() -> None:
     content = "{\n" + edit["arguments"]["content"] + "\n}\n"
     steps.append(("create_file", {"path": "scaffold.json", "content": content}, "Overwrote scaffold.json"))
     assert check_deviation(t, [*steps, ("eval", {}, "Evaluation 1/3: overall_score=80")]) is None
+
+
+def test_call_failed_reads_every_failure_text_the_tools_write() -> None:
+    """The one reading of "did this tool call fail": the workspace's Error/Refused texts and the agent
+    loop's Invalid action, not a command's own output that happens to mention an error."""
+    from apollo.env import Workspace
+    from apollo.env.tools import call_failed
+
+    with Workspace(BY_FAMILY["loss_design"][0]) as ws:
+        unknown = ws.call("no_such_tool", {}, step=0).observation.text
+        refused = ws.call("open_file", {"path": "../../etc/passwd"}, step=1).observation.text
+        ran = ws.call("run_command", {"command": "echo Error: not a tool failure; exit 3"}, step=2).observation.text
+    assert call_failed(unknown) and call_failed("  " + refused), (unknown, refused)
+    assert call_failed("Invalid action: no JSON object found.")
+    assert not call_failed(ran), ran
+    assert not call_failed(None) and not call_failed("")

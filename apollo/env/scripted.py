@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo.env.tasks import TaskSpec, baseline_plan, reference_plan
-from apollo.env.tools import TOOL_SPECS, REQUIRED
+from apollo.env.tools import TOOL_SPECS, REQUIRED, call_failed
 from apollo.env.workspace import Workspace
 
 Action = tuple[str, str, dict[str, Any]]  # (thought, tool, arguments)
@@ -212,7 +212,7 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
 
     # 2. blind edit
     for i, (tool, args, obs) in enumerate(steps):
-        if tool != "edit_file" or not isinstance(args, dict) or not args.get("path") or obs.startswith(("Error", "Invalid")):
+        if tool != "edit_file" or not isinstance(args, dict) or not args.get("path") or call_failed(obs):
             continue  # an edit that did not happen (no path, refused) is no blind edit: "Open None …" helps nobody
         path = _norm(args.get("path"))
         opened = any(t == "open_file" and _norm(a.get("path")) == path for j, (t, a, _) in enumerate(steps) if j != i)
@@ -256,7 +256,7 @@ def _unfinished_sessions(steps: list[HistoryItem]) -> list[str]:
         sid = str(args.get("session_id", "default")) if isinstance(args, dict) else "default"
         if tool == "run_command":
             bg = args.get("wait_for_completion") is False or "still running in background" in obs
-            pending[sid] = bg and not obs.startswith(("Refused", "Error"))
+            pending[sid] = bg and not call_failed(obs)
         elif tool in ("check_session_idle", "get_session_output", "kill_session_processes"):
             if " is idle" in obs or "finished, exit code" in obs or "Stopped" in obs or "killed after" in obs:
                 pending[sid] = False

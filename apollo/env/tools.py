@@ -67,6 +67,19 @@ TOOL_SPECS: dict[str, ToolSpec] = {
 # "with hint" table); InnovatorBench's main evaluation disables the hint tool, and so do we.
 HINT_OFF = "Error: view_hint is disabled in this evaluation."
 
+# How an observation's text says the tool call did not happen or failed: the workspace writes
+# "Error: …" (bad arguments, unknown tool, a crashed tool) and "Refused: …" (the sandbox policy, the
+# eval budget), the agent loop "Invalid action: …" (an unparsable call). The one reading of those
+# texts: the annotator, the scripted checks and the supervision rules all call :func:`call_failed`.
+FAILURE_PREFIXES = ("Error:", "Refused:", "Invalid action:")
+
+
+def call_failed(observation: Any) -> bool:
+    """Whether an observation text (leading whitespace ignored) reports a failed or refused tool
+    call (:data:`FAILURE_PREFIXES`). A command that ran and exited non-zero is not one: its
+    observation is the command's output."""
+    return str(observation or "").lstrip().startswith(FAILURE_PREFIXES)
+
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 

@@ -22,6 +22,8 @@ import difflib
 import re
 from typing import Any
 
+from apollo.env.tools import call_failed
+
 MAX_CONTENT = 200_000  # file contents kept for diffing are capped (characters)
 TERMINAL_TOOLS = {"run_command", "get_session_output", "check_session_idle", "kill_session_processes"}
 SEARCH_TOOLS = {"search_dir", "list_files"}
@@ -30,11 +32,6 @@ RECORD_KINDS = ("terminal", "file", "search", "view")
 _SCORE_RE = re.compile(r"overall_score=([0-9]+(?:\.[0-9]+)?)")
 _OPEN_RE = re.compile(r"^\[(?P<path>[^\]]+): lines (?P<a>\d+)-(?P<b>\d+) of (?P<n>\d+)\]\n?", re.MULTILINE)
 _LINE_RE = re.compile(r"^(\d+): ?(.*)$")
-
-
-def _failed(observation: str) -> bool:
-    head = observation.lstrip()[:12]
-    return head.startswith("Error") or head.startswith("Refused")
 
 
 def norm_path(path: Any) -> str:
@@ -92,7 +89,7 @@ def derive_record(tool: str | None, arguments: dict[str, Any], observation: str,
                          "results": obs}}
     if tool in ("create_file", "edit_file", "open_file"):
         path = norm_path(args.get("path"))
-        if not path or _failed(obs):
+        if not path or call_failed(obs):
             return None
         if tool == "open_file":
             m = _OPEN_RE.match(obs)

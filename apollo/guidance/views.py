@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from apollo.env.tools import call_failed
 from apollo.guidance.auth import verify_row
 from apollo.guidance.records import score_of
 from apollo.guidance.rows import to_guidance
@@ -143,8 +144,7 @@ def _failed(s: dict[str, Any]) -> tuple[bool, bool]:
     code = o.get("exit_code")
     err = bool(o.get("error")) or bool(o.get("refused")) or (isinstance(code, int) and code not in (0, None))
     if not o:  # a step posted without detail: read the observation text
-        head = str(s.get("observation") or "").lstrip()[:20]
-        err = head.startswith(("Error", "Refused", "Invalid action"))
+        err = call_failed(s.get("observation"))
     return err, False
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo.env.tasks import section
+from apollo.env.tools import call_failed
 from apollo.schema import Machine, TaskFacts, Trajectory
 
 
@@ -262,7 +263,7 @@ class Facts:
             self.args.append(args)
             self.obs.append(o.text)
             self.oks.append(a.tool is not None and a.parse_error is None and not o.refused
-                            and not o.text.startswith(("Error:", "Refused:", "Invalid action:")))
+                            and not call_failed(o.text))
             c = args.get("command") if a.tool == "run_command" else None
             self.commands.append(c if isinstance(c, str) else "")
 

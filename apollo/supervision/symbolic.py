@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from apollo.env.tools import call_failed
 from apollo.schema import MaskDecision, Step
 
 DEFAULT_RULES = Path(__file__).with_name("rules.yaml")
@@ -356,7 +357,7 @@ def background_failures(traj: Any, rules: RuleSet, task_id: str | None = None,
         args = a.arguments if isinstance(a.arguments, dict) else {}
         sid = _sid(args)
         text = s.observation.text
-        if a.tool == "run_command" and a.valid and not s.observation.refused and not text.startswith("Error:"):
+        if a.tool == "run_command" and a.valid and not s.observation.refused and not call_failed(text):
             wait = args.get("wait_for_completion", True)
             if wait is False or str(wait).lower() == "false" or "[still running in background session" in text:
                 started[sid] = s.index
