@@ -215,8 +215,10 @@ def test_params_refuse_unknown_keys_and_variants_overlay():
     assert AppoConfig.from_params(p, "appo_entropy_only").entropy_only
     assert AppoConfig.from_params(p, "appo_mixed").task_sampling == "mixed"
     assert AppoConfig.from_params(p, "appo").task_sampling == "uniform"  # the paper's method stays as it is
+    assert AppoConfig.from_params(p, "appo_mixed_lr").train["lr"] == 2.0e-4
+    p["appo"]["variants"]["appo_mixed_lr"] = {"task_sampling": "mixed", "train": {"lr": 3.0e-4}}
     lr = AppoConfig.from_params(p, "appo_mixed_lr")  # a dict override is overlaid key by key
-    assert lr.train["lr"] == 2.0e-4 and lr.train["min_lr"] == 2.0e-4
+    assert lr.train["lr"] == 3.0e-4 and lr.train["min_lr"] == p["appo"]["train"]["min_lr"] != 3.0e-4
     assert lr.train["grad_accum"] == p["appo"]["train"]["grad_accum"] and AppoConfig.from_params(p, "appo").train["epochs"] == 1
     p["appo"]["variants"]["appo"] = {"wieght": 0}
     with pytest.raises(ValueError, match=r"appo.variants.appo: unknown key\(s\) \['wieght'\]"):
