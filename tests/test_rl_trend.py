@@ -104,3 +104,29 @@ def test_trend_report_reads_appo_and_sao_histories(tmp_path, capsys):
     assert tog["runs"] == 4 and tog["iterations"] == 33
     assert tog["slope"] == pytest.approx(0.02 * 360 / 377.5, rel=1e-9)
     assert main(["nothing", "--models", str(tmp_path)]) == 1
+    # --against: the other variant's pooled slope minus this one's (the flat SAO run against APPO's 0.02)
+    assert main(["appo", "sao", "--models", str(tmp_path), "--against", "appo", "--json", str(out)]) == 0
+    diff = json.loads(out.read_text())["_against"]["differences"]["sao"]
+    assert diff["slope"] == pytest.approx(-0.02) and "pooled slope difference" in capsys.readouterr().out
+    assert main(["appo", "--models", str(tmp_path), "--against", "sao"]) == 1
+
+
+def test_slope_difference_separates_a_rise_from_a_flat_run_and_not_two_alike():
+    import random
+
+    from apollo.rl.trend import pooled_points, slope_difference
+
+    rng = random.Random(0)
+
+    def runs(slope: float) -> dict[str, list[dict]]:
+        return {f"s{s}": [{"iteration": i, "reward.task.a": 0.3 + slope * i + rng.gauss(0, 0.05),
+                           "reward.task.b": 0.6 + slope * i + rng.gauss(0, 0.05)} for i in range(20)]
+                for s in range(3)}
+
+    rising, flat, flat2 = pooled_points(runs(0.02)), pooled_points(runs(0.0)), pooled_points(runs(0.0))
+    d = slope_difference(rising, flat, n_boot=300)
+    assert d["low"] > 0 and d["low"] <= d["slope"] <= d["high"] and d["slope"] == pytest.approx(0.02, abs=0.005)
+    same = slope_difference(flat, flat2, n_boot=300)
+    assert same["low"] < 0 < same["high"]
+    with pytest.raises(ValueError, match="cluster keys"):
+        slope_difference((rising[0], rising[1][:5]), flat)

@@ -65,6 +65,38 @@ def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0,
     return {"slope": slope, "low": low, "high": high, "n": float(len(pts)), "iterations": float(len(keys))}
 
 
+def slope_difference(a: tuple[Sequence[Point], Sequence[Hashable]], b: tuple[Sequence[Point], Sequence[Hashable]],
+                     *, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Slope of ``a`` minus slope of ``b`` (each :func:`fixed_effects_slope`), with a 95% percentile
+    bootstrap interval that resamples each side's clusters on its own (independent runs, e.g. two
+    variants' seeds). ``a`` and ``b`` are ``(points, clusters)`` as :func:`pooled_points` returns.
+    An interval that excludes 0 says the two rise at different rates."""
+    def groups(pc: tuple[Sequence[Point], Sequence[Hashable]]) -> list[list[Point]]:
+        pts, cl = pc
+        if len(pts) != len(cl):
+            raise ValueError(f"slope_difference: {len(cl)} cluster keys for {len(pts)} points")
+        by: dict[Hashable, list[Point]] = defaultdict(list)
+        for k, p in zip(cl, pts):
+            by[k].append(p)
+        return [by[k] for k in sorted(by, key=repr)]
+
+    ga, gb = groups(a), groups(b)
+    diff = fixed_effects_slope(list(a[0])) - fixed_effects_slope(list(b[0]))
+    boots: list[float] = []
+    if math.isfinite(diff) and len(ga) >= 3 and len(gb) >= 3:
+        rng = random.Random(seed)
+        for _ in range(n_boot):
+            sa = [p for g in (rng.choice(ga) for _ in ga) for p in g]
+            sb = [p for g in (rng.choice(gb) for _ in gb) for p in g]
+            d = fixed_effects_slope(sa) - fixed_effects_slope(sb)
+            if math.isfinite(d):
+                boots.append(d)
+    boots.sort()
+    low = boots[int(0.025 * (len(boots) - 1))] if boots else math.nan
+    high = boots[int(math.ceil(0.975 * (len(boots) - 1)))] if boots else math.nan
+    return {"slope": diff, "low": low, "high": high}
+
+
 def task_points(history: Sequence[dict], x: str = "iteration") -> list[Point]:
     """``(history[x], task, mean reward)`` from a training history whose entries carry
     ``reward.task.<task id>`` (APPO: per iteration, ``x="iteration"``; the SAO family: per update,

@@ -6,7 +6,8 @@ prints, per variant: each seed's within-task slope of the train reward per itera
 its 95% interval (:func:`apollo.rl.trend.reward_trend`), the mean reward of the first and last third
 of the iterations, and the slope **pooled over the seeds** ((seed, task) fixed effects, (seed,
 iteration) resampled; :func:`apollo.rl.trend.pooled_points`): one seed's 20 iterations rarely
-decide it, three seeds' 60 more often do. ``--together`` adds one slope over every run of the
+decide it, three seeds' 60 more often do. ``--against V`` adds, per other variant, its pooled slope
+minus V's with a 95% interval (:func:`apollo.rl.trend.slope_difference`: does an ablation rise less). ``--together`` adds one slope over every run of the
 variants given (e.g. APPO and its ablations: does the method family move the train reward). ``--plot PATH`` draws the per-iteration mean reward of
 every seed (``--json PATH`` writes the numbers). Read-only: the histories are the rl stages' outputs.
 """
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 from statistics import mean
 
-from apollo.rl.trend import pooled_points, reward_trend, task_points
+from apollo.rl.trend import pooled_points, reward_trend, slope_difference, task_points
 
 HISTORIES = (("appo_history.json", "iteration"), ("sao_history.json", "step"))  # (file, x)
 
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", default=None, help="also draw the reward curves here (PNG)")
     ap.add_argument("--together", action="store_true",
                     help="also one slope pooled over every run of the variants given (a method family)")
+    ap.add_argument("--against", default=None, metavar="VARIANT",
+                    help="also each other variant's pooled slope minus this one's, with a 95%% interval")
     args = ap.parse_args(argv)
     models = Path(args.models)
     runs = load_runs(models, args.variants)
@@ -146,6 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'together':19s} {'all':5s} {'':6s}  {'':20s}   {_fmt(t)}  (pooled over {int(t['runs'])} runs of "
               f"{', '.join(rep)})")
         rep["_together"] = {"pooled": t, "variants": list(rep)}
+    if args.against:
+        if args.against not in rep:
+            print(f"trend_report: --against {args.against}: no training history", file=sys.stderr)
+            return 1
+        base_pc = pooled_points(*runs[args.against])
+        diffs = {}
+        for v in rep:
+            if v.startswith("_") or v == args.against:
+                continue
+            diffs[v] = slope_difference(pooled_points(*runs[v]), base_pc)
+            print(f"{v:19s} {'− ' + args.against:26s}   {_fmt(diffs[v])}  (pooled slope difference)")
+        rep["_against"] = {"variant": args.against, "differences": diffs}
     if args.json:
         p = Path(args.json)
         tmp = p.with_suffix(".tmp")
