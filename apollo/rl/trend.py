@@ -35,6 +35,24 @@ def fixed_effects_slope(points: Sequence[Point]) -> float:
     return sxy / sxx if sxx > 0 else math.nan
 
 
+def _by_cluster(points: Sequence[Point], clusters: Sequence[Hashable], who: str) -> dict[Hashable, list[Point]]:
+    """The points grouped by their cluster key (the bootstrap's resampled unit)."""
+    if len(clusters) != len(points):
+        raise ValueError(f"{who}: {len(clusters)} cluster keys for {len(points)} points")
+    by: dict[Hashable, list[Point]] = defaultdict(list)
+    for k, p in zip(clusters, points):
+        by[k].append(p)
+    return by
+
+
+def _interval(boots: list[float]) -> tuple[float, float]:
+    """The 95% percentile interval of bootstrap draws (NaNs when there are none)."""
+    if not boots:
+        return math.nan, math.nan
+    boots = sorted(boots)
+    return boots[int(0.025 * (len(boots) - 1))], boots[int(math.ceil(0.975 * (len(boots) - 1)))]
+
+
 def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0,
                  clusters: Sequence[Hashable] | None = None) -> dict[str, float]:
     """``slope`` (reward per iteration, task fixed effects), ``low``/``high`` (95% percentile
@@ -42,12 +60,7 @@ def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0,
     estimated. ``clusters`` (one key per point; default its iteration) names the resampled unit:
     pooled over seeds it is ``(seed, iteration)`` (:func:`pooled_points`)."""
     pts = list(points)
-    keys_of = [float(p[0]) for p in pts] if clusters is None else list(clusters)
-    if len(keys_of) != len(pts):
-        raise ValueError(f"reward_trend: {len(keys_of)} cluster keys for {len(pts)} points")
-    iters: dict[Hashable, list[Point]] = defaultdict(list)
-    for k, p in zip(keys_of, pts):
-        iters[k].append(p)
+    iters = _by_cluster(pts, [float(p[0]) for p in pts] if clusters is None else list(clusters), "reward_trend")
     slope = fixed_effects_slope(pts)
     keys = sorted(iters) if clusters is None else sorted(iters, key=repr)
     boots: list[float] = []
@@ -59,9 +72,7 @@ def reward_trend(points: Iterable[Point], *, n_boot: int = 2000, seed: int = 0,
             b = fixed_effects_slope(sample)
             if math.isfinite(b):
                 boots.append(b)
-    boots.sort()
-    low = boots[int(0.025 * (len(boots) - 1))] if boots else math.nan
-    high = boots[int(math.ceil(0.975 * (len(boots) - 1)))] if boots else math.nan
+    low, high = _interval(boots)
     return {"slope": slope, "low": low, "high": high, "n": float(len(pts)), "iterations": float(len(keys))}
 
 
@@ -72,12 +83,7 @@ def slope_difference(a: tuple[Sequence[Point], Sequence[Hashable]], b: tuple[Seq
     variants' seeds). ``a`` and ``b`` are ``(points, clusters)`` as :func:`pooled_points` returns.
     An interval that excludes 0 says the two rise at different rates."""
     def groups(pc: tuple[Sequence[Point], Sequence[Hashable]]) -> list[list[Point]]:
-        pts, cl = pc
-        if len(pts) != len(cl):
-            raise ValueError(f"slope_difference: {len(cl)} cluster keys for {len(pts)} points")
-        by: dict[Hashable, list[Point]] = defaultdict(list)
-        for k, p in zip(cl, pts):
-            by[k].append(p)
+        by = _by_cluster(pc[0], pc[1], "slope_difference")
         return [by[k] for k in sorted(by, key=repr)]
 
     ga, gb = groups(a), groups(b)
@@ -91,9 +97,7 @@ def slope_difference(a: tuple[Sequence[Point], Sequence[Hashable]], b: tuple[Seq
             d = fixed_effects_slope(sa) - fixed_effects_slope(sb)
             if math.isfinite(d):
                 boots.append(d)
-    boots.sort()
-    low = boots[int(0.025 * (len(boots) - 1))] if boots else math.nan
-    high = boots[int(math.ceil(0.975 * (len(boots) - 1)))] if boots else math.nan
+    low, high = _interval(boots)
     return {"slope": diff, "low": low, "high": high}
 
 
