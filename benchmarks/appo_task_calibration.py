@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,18 +34,14 @@ def main() -> None:
     from apollo.agent.react import AgentConfig, arun_episode
     from apollo.config import load_params
     from apollo.engines.hf import HFEngine
-    from apollo.env.tasks import default_suite_root, list_tasks
+    from apollo.env.tasks import list_tasks
+    from benchmarks._suite import ensure_suite
 
     params = load_params()
     appo = params["appo"]
     if not Path(args.model, "config.json").exists():
         sys.exit(f"--model {args.model}: no HF model there (run `make run` or `dvc repro bootstrap` first)")
-    if not default_suite_root().is_dir():
-        from apollo.env.generate import generate_suite
-
-        root = Path(tempfile.mkdtemp(prefix="apollo-suite-"))
-        generate_suite(root, seed=int((params.get("suite") or {}).get("seed", 0)))
-        os.environ["APOLLO_SUITE_ROOT"] = str(root)
+    ensure_suite(params)
     tasks = list_tasks(split="train")
     if args.tasks:
         unknown = sorted(set(args.tasks) - {t.task_id for t in tasks})

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -49,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from apollo.config import load_params
-    from apollo.env.tasks import default_suite_root
+    from benchmarks._suite import ensure_suite
     from apollo.guidance.annotator import AnnotatorConfig
     from apollo.guidance.runtime import guidance_session, settings_from
     from apollo.schema import write_trajectories
@@ -59,12 +58,7 @@ def main() -> None:
     p = params["rollout"]
     if args.samples is not None:
         p["samples_per_task"] = args.samples
-    if not default_suite_root().is_dir():
-        from apollo.env.generate import generate_suite
-
-        root = Path(tempfile.mkdtemp(prefix="apollo-suite-"))
-        generate_suite(root, seed=int((params.get("suite") or {}).get("seed", 0)))
-        os.environ["APOLLO_SUITE_ROOT"] = str(root)
+    ensure_suite(params)
     from apollo.env.tasks import load_task
 
     cfg = agent_config(p)
