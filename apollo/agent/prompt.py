@@ -7,7 +7,8 @@ Rules that matter for training and for safety:
   become ``<real_user>`` messages.
 * Any ``<real_user>``-looking text produced by the model or by the environment is neutralized
   (``<real_user>`` → ``<real-user>``) before it enters a prompt, so it can never pose as a human;
-  so are chat control tokens (``<|im_start|>`` → ``[|im_start|]``) and tool-call tags
+  so are chat control tokens (``<|im_start|>`` → ``[|im_start|]``), special tokens without bars
+  (SmolLM2's StarCoder-style ``<file_sep>`` → ``[file_sep]``) and tool-call tags
   (``<tool_response>`` → ``[tool_response]``), look-alikes included: see :func:`neutralize`.
 * The same function rebuilds the context for the dataset builder, so a training sample is exactly
   the window the agent saw.
@@ -54,7 +55,27 @@ _TRIGGER_RE = re.compile(r"[<\uff1c\ufe64&\\]")  # no bracket-like character: no
 
 _SEP = r"[\s_\-.]*"
 _GUIDANCE_RE = re.compile(r"<\s*(/?)\s*real" + _SEP + r"user\b(?:[^<>]{0,200}>)?")
-_CONTROL_RE = re.compile(r"<\s*\|\s*([a-z0-9_\-.]{1,40})\s*\|\s*>")
+# <|…|> control tokens: ChatML, Llama 3 (<|eot_id|>), Phi, Qwen (<|fim_prefix|>), DeepSeek's
+# fullwidth-bar <｜begin▁of▁sentence｜> (NFKC folds ｜ to |; ▁ is kept)
+_CONTROL_RE = re.compile(r"<\s*\|\s*([\w\-.\u2581]{1,40})\s*\|\s*>")
+# Special tokens written as a bare <name> (no bars), which a tokenizer turns into a special id just as
+# well: StarCoder/StarCoder2 (SmolLM2 ships 14 of them: <file_sep>, <repo_name>, <filename>, …),
+# SentencePiece (<s>, </s>, <unk>, <pad>), Gemma (<start_of_turn>). A fixed list of names rather than
+# every <word_word> tag: placeholders such as <src_file> in usage texts and HTML stay as they are.
+SPECIAL_TAG_NAMES: tuple[str, ...] = (
+    # StarCoder / StarCoder2 / SmolLM
+    "repo_name", "reponame", "file_sep", "filename", "gh_stars", "issue_start", "issue_comment",
+    "issue_closed", "jupyter_start", "jupyter_text", "jupyter_code", "jupyter_output", "jupyter_script",
+    "empty_output", "fim_prefix", "fim_middle", "fim_suffix", "fim_pad", "commit_before", "commit_msg",
+    "commit_after", "code_to_intermediate", "intermediate_to_code", "pr", "pr_status", "pr_is_merged",
+    "pr_base", "pr_file", "pr_base_code", "pr_diff", "pr_diff_hunk", "pr_comment", "pr_event_id",
+    "pr_review", "pr_review_state", "pr_review_comment", "pr_in_reply_to_review_id",
+    "pr_in_reply_to_comment_id", "pr_diff_hunk_comment_line",
+    # SentencePiece / Llama 2 / Mistral / T5 / Gemma
+    "s", "unk", "pad", "bos", "eos", "eot", "start_of_turn", "end_of_turn",
+)
+_SPECIAL_TAG_RE = re.compile(
+    r"<(/?)(" + "|".join(sorted(map(re.escape, SPECIAL_TAG_NAMES), key=len, reverse=True)) + r")>")  # no spaces: "x < s > y"
 _TOOL_TAGS = ("tool_call", "tool_calls", "tool_response", "function_call", "tools")
 _TOOL_RE = re.compile(r"<\s*(/?)\s*(tool" + _SEP + r"calls?|tool" + _SEP + r"response|function" + _SEP
                       + r"call|tools)\s*>")
@@ -113,7 +134,9 @@ def neutralize(text: str, keep_tool_call: bool = False) -> str:
     ``<real_user>`` and every look-alike (attributes, ``< /real_user>``, case, fullwidth
     ``＜real_user＞``, zero-width characters inside, HTML entities ``&lt;real_user&gt;``, NFKC and
     common Cyrillic look-alikes) become ``<real-user>`` / ``</real-user>``; chat control tokens
-    (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, any ``<|…|>``) become ``[|…|]``; tool
+    (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, any ``<|…|>``) become ``[|…|]``; special
+    tokens written as bare tags (``<file_sep>``, ``<repo_name>``, ``</s>``: :data:`SPECIAL_TAG_NAMES`)
+    become ``[file_sep]`` etc.; tool
     tags (``<tool_call>``, ``<tool_response>``, ``<function_call>``, ``<tools>``) become
     ``[tool_call]`` etc. With ``keep_tool_call`` (the model's own assistant turn, whose action is
     a ``<tool_call>``), exact ``<tool_call>``/``</tool_call>`` tags are kept. Idempotent.
@@ -126,6 +149,8 @@ def neutralize(text: str, keep_tool_call: bool = False) -> str:
         edits.append((a, b, f"<{m.group(1)}real-user>"))
     for a, b, m in _spans(skel, src, len(text), _CONTROL_RE):
         edits.append((a, b, f"[|{_control_name(m)}|]"))
+    for a, b, m in _spans(skel, src, len(text), _SPECIAL_TAG_RE):
+        edits.append((a, b, f"[{m.group(1)}{m.group(2)}]"))
     for a, b, m in _spans(skel, src, len(text), _TOOL_RE):
         name = re.sub(r"[\s_\-.]+", "_", m.group(2)).strip("_")
         raw = text[a:b]
