@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from apollo.agent.prompt import initial_messages  # noqa: E402
 from apollo.agent.react import AgentConfig, arun_episode, run_episode  # noqa: E402
 from apollo.engines.hf import HFEngine  # noqa: E402
-from apollo.engines.vllm_server import ServerConfig, VLLMServer, VLLMServerEngine  # noqa: E402
+from apollo.engines.vllm_server import EngineUnavailable, ServerConfig, VLLMServer, VLLMServerEngine  # noqa: E402
 from apollo.env.tasks import list_tasks  # noqa: E402
 from apollo.runtime import run_episodes, throughput  # noqa: E402
 
@@ -143,7 +143,7 @@ def main() -> int:
             results["weight_update_s"] = lat
             print(f"weight update (reload {model} into the running server): median {statistics.median(lat):.2f} s "
                   f"(runs: {', '.join(f'{x:.2f}' for x in lat)})")
-        except ValueError as e:  # tied embeddings: see VLLMServerEngine.update_weights
+        except EngineUnavailable as e:  # e.g. a server without the worker extension: see VLLMServerEngine.update_weights
             results["weight_update_s"] = None
             print(f"weight update not measured: {e}")
         served.close()

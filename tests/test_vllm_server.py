@@ -208,15 +208,9 @@ def test_tied_embeddings_update_in_place_matches_hf(tmp_path):
 
 
 @pytest.mark.slow
-def test_tied_embeddings_update_in_place_smollm2(tmp_path):
+def test_tied_embeddings_update_in_place_smollm2(tmp_path, smollm2_dir):
     """The real SmolLM2-135M-Instruct (Llama, tied), updated to a copy with every weight perturbed."""
-    gguf = pytest.importorskip("apollo.models.gguf")
-    try:
-        src = gguf.wheel_gguf()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    v0, v1 = tmp_path / "v0", tmp_path / "v1"
-    gguf.convert_gguf(src, v0)
+    v0, v1 = smollm2_dir, tmp_path / "v1"
     model = AutoModelForCausalLM.from_pretrained(v0, dtype=torch.float32)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
