@@ -33,14 +33,15 @@ from apollo.train.config import overlay_defaults, resolve_config, train_config
 from apollo.train.ds_config import build_ds_config, read_overlay
 from apollo.train.launch import hostfile_slots, launch_command
 from apollo.train.loop import train as train_sft
+from tests.presets import TINY_TRAIN
 
 
 def DSOptions(**overrides):  # noqa: N802 - the run options of params.yaml's train section, a few overridden
-    return train_config(**overrides)[1]
+    return train_config(**{**TINY_TRAIN, **overrides})[1]
 
 
 def SFTConfig(**overrides):  # noqa: N802 - the loop config of params.yaml's train section, a few overridden
-    return train_config(**overrides)[0]
+    return train_config(**{**TINY_TRAIN, **overrides})[0]
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40

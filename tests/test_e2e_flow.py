@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from apollo.schema import Trajectory
+from tests.presets import TINY_TRAIN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +58,7 @@ SMALL = {
 }
 # the trainer has no defaults in code: its sections are complete, the repository's values overridden
 _REPO = yaml.safe_load((ROOT / "params.yaml").read_text())
-SMALL["train"] = {**_REPO["train"], **SMALL["train"]}
+SMALL["train"] = {**_REPO["train"], **TINY_TRAIN, **SMALL["train"]}
 SMALL["bootstrap"]["sft"] = {**_REPO["bootstrap"]["sft"], **SMALL["bootstrap"]["sft"]}
 # one SAO cell (the rl stage runs as the Prefect RL subflow: a task per update, the last through DVC)
 SMALL["appo"] = _REPO["appo"]  # a params dependency of every rl stage

@@ -14,12 +14,13 @@ from apollo.train.config import train_config
 from apollo.train.engine import cosine_lr
 from apollo.train.loop import train as train_sft
 from apollo.train.objectives import token_losses
+from tests.presets import TINY_TRAIN
 
 CONVS = synthetic_conversations(8, seed=2, steps=(3, 5))
 
 
 def SFTConfig(**overrides):  # noqa: N802 - params.yaml's train section, a few fields overridden
-    return train_config(**overrides)[0]
+    return train_config(**{**TINY_TRAIN, **overrides})[0]
 
 
 @pytest.fixture(scope="module")
