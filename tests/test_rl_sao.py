@@ -42,15 +42,29 @@ def test_sao_loss_hand_case():
     lp_new, lp_roll, adv, mask = _sao_case()
     loss, stats = sao_policy_loss(lp_new, lp_roll, adv, mask, eps_low=0.3, eps_high=0.8)
     # band (0.7, 1.8): tokens 0 (r 1), 1 (r 1.5), 4 (r 0.9) in; 2 (r 0.5), 3 (r 2.0) out; 5 off the mask
-    # loss = −(1·1·log 1 + 1.5·(−2)·log 1.5 + 0.9·(−1)·log 0.9) / 3
-    assert float(loss) == pytest.approx(-(1.5 * -2 * math.log(1.5) + 0.9 * -1 * math.log(0.9)) / 3, abs=1e-12)
-    assert float(loss) == pytest.approx(0.3738569534108165, abs=1e-12)
+    # loss = −(1·1·log 1 + 1.5·(−2)·log 1.5 + 0.9·(−1)·log 0.9) / 5 (the 5 action tokens, not the 3 in band)
+    assert float(loss) == pytest.approx(-(1.5 * -2 * math.log(1.5) + 0.9 * -1 * math.log(0.9)) / 5, abs=1e-12)
+    assert float(loss) == pytest.approx(0.3738569534108165 * 3 / 5, abs=1e-12)
     loss.backward()
-    # ∂/∂logp_t = −sg(r_t)·A_t / 3 in band, 0 elsewhere
-    assert lp_new.grad[0].tolist() == pytest.approx([-1 / 3, 1.0, 0.0, 0.0, 0.3, 0.0], abs=1e-12)
+    # ∂/∂logp_t = −sg(r_t)·A_t / 5 in band, 0 elsewhere
+    assert lp_new.grad[0].tolist() == pytest.approx([-1 / 5, 0.6, 0.0, 0.0, 0.18, 0.0], abs=1e-12)
     assert float(stats["masked_fraction"]) == pytest.approx(0.4)
     assert float(stats["low_fraction"]) == pytest.approx(0.2) and float(stats["high_fraction"]) == pytest.approx(0.2)
     assert float(stats["kept_tokens"]) == 3 and float(stats["action_tokens"]) == 5
+
+
+def test_sao_loss_divides_by_action_tokens_when_half_are_out_of_band():
+    # 4 action tokens, r = 1.0, 1.2 in the band (0.7, 1.8); r = 0.5, 2.5 out of it
+    lp_new = t([[0.0, math.log(1.2), math.log(0.5), math.log(2.5)]]).requires_grad_(True)
+    adv, mask = t([[2.0, -1.0, 3.0, 4.0]]), t([[1, 1, 1, 1]])
+    loss, stats = sao_policy_loss(lp_new, torch.zeros_like(lp_new), adv, mask, eps_low=0.3, eps_high=0.8)
+    # −(1·2·log 1 + 1.2·(−1)·log 1.2) / 4 = 1.2·log 1.2 / 4 ≈ 0.054696 (÷ 2 in-band tokens would be twice that)
+    assert float(loss) == pytest.approx(1.2 * math.log(1.2) / 4, abs=1e-12)
+    assert float(loss) == pytest.approx(0.054696467038, abs=1e-10)
+    loss.backward()
+    assert lp_new.grad[0].tolist() == pytest.approx([-2 / 4, 1.2 / 4, 0.0, 0.0], abs=1e-12)
+    assert float(stats["kept_tokens"]) == 2 and float(stats["action_tokens"]) == 4
+    assert float(stats["masked_fraction"]) == 0.5
 
 
 def test_sao_gradient_zero_out_of_band_whatever_the_sign():

@@ -38,10 +38,13 @@ def sao_policy_loss(logp_new: Tensor, logp_rollout: Tensor, adv: Tensor, mask: T
                     eps_low: float, eps_high: float) -> tuple[Tensor, dict[str, Tensor]]:
     """SAO policy loss → ``(loss, stats)``.
 
-    ``loss = −Σ f(r_t)·A_t·logp_new_t / (number of masked-in action tokens)`` with ``f(r) = r``
-    (detached) inside the band of :func:`dis_mask` and 0 outside, whatever the sign of ``A``; the
-    denominator counts the in-band action tokens (0 in band: the loss is 0). Its gradient is
-    ``sg(r)·A·∇logp`` = the importance-weighted policy gradient, exactly 0 on out-of-band tokens.
+    ``loss = −Σ f(r_t)·A_t·logp_new_t / (number of action tokens)`` with ``f(r) = r`` (detached)
+    inside the band of :func:`dis_mask` and 0 outside, whatever the sign of ``A``. The denominator
+    counts every action token of ``mask``, out-of-band ones included (they add 0 to the numerator),
+    as the reference implementations of this bypass-mode objective do (twinkle; verl's
+    ``token-mean`` over the response mask): dividing by the in-band tokens instead would enlarge the
+    step exactly when many tokens drift out of the band, which the mask is there to damp. Its
+    gradient is ``sg(r)·A·∇logp / n_action`` on in-band tokens and exactly 0 on out-of-band ones.
 
     Stats (detached scalars): ``masked_fraction`` (action tokens outside the band), ``low_fraction``
     / ``high_fraction`` (r ≤ 1−eps_low / r ≥ 1+eps_high), ``kept_tokens``, ``action_tokens``,
@@ -56,7 +59,7 @@ def sao_policy_loss(logp_new: Tensor, logp_rollout: Tensor, adv: Tensor, mask: T
         r = torch.exp(on_mask(logp_new.detach() - logp_rollout.detach(), m))
     weight = on_mask(r * adv.detach(), keep)
     n_keep = keep.sum()
-    loss = -(weight * lp).sum() / n_keep.clamp(min=1).to(lp.dtype)
+    loss = -(weight * lp).sum() / m.sum().clamp(min=1).to(lp.dtype)  # all action tokens: see the docstring
     stats = {
         "masked_fraction": masked_fraction(~keep, m),
         "low_fraction": masked_fraction(r <= 1.0 - eps_low, m),
