@@ -106,6 +106,7 @@ def engine_kwargs(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("engine", "hf") == "hf":  # the in-process engine's own batching and prefix KV cache
         kw["max_batch"] = int(p.get("max_batch", 1))
         kw["prefix_cache_tokens"] = int(p.get("prefix_cache_tokens", 0))
+        kw["decode_threads"] = int(p.get("decode_threads", 1))  # the batching thread's torch threads
     return kw
 
 
