@@ -132,3 +132,25 @@ def test_upsampling_counts(tokenizer):
     assert sorted({r["copy_index"] for r in rows if r["kind"] == "summary"}) == list(range(10))
     with pytest.raises(ValueError, match="must be >= 1"):
         upsample(rows[:1], BuildConfig(upsample_react=0))
+
+
+def test_window_whose_kept_actions_lie_beyond_max_length_is_left_out_and_counted(tokenizer):
+    from apollo.data.tokenize import TruncatedAway
+
+    traj = make_traj()
+    for s in traj.steps[:3]:  # only the last action kept: it comes after every other turn
+        s.observation = Observation(text="SyntaxError: invalid syntax", exit_code=1, error=True)
+    traj = mask_trajectory(traj, load_rules())
+    assert [s.mask.keep for s in traj.steps] == [False, False, False, True]
+    full, _ = build_dataset([traj], tokenizer, BuildConfig(upsample_react=1, upsample_summary=1))
+    assert len(full) == 1
+    first = next(i for i, lab in enumerate(full[0]["labels"]) if lab != -100)
+    rows, stats = build_dataset([traj], tokenizer, BuildConfig(upsample_react=1, upsample_summary=1, max_length=first))
+    assert rows == [] and stats["build.truncated_away"] == 1
+    rows, stats = build_dataset([traj], tokenizer, BuildConfig(upsample_react=1, upsample_summary=1, max_length=first + 1))
+    assert len(rows) == 1 and rows[0]["n_trained"] == 1 and stats["build.truncated_away"] == 0
+    from apollo.agent.prompt import window_conversation
+
+    msgs, trainable = window_conversation(traj, 0, 3, None)
+    with pytest.raises(TruncatedAway, match="zero trained tokens after truncation"):
+        tokenize_conversation(tokenizer, msgs, trainable, max_length=first)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apollo.agent.prompt import neutralize, summary_prompt, window_conversation
-from apollo.data.tokenize import tokenize_conversation
+from apollo.data.tokenize import TruncatedAway, tokenize_conversation
 from apollo.schema import Trajectory, summary_mask
 
 
@@ -92,20 +92,33 @@ def sample_conversations(traj: Trajectory) -> list[ConversationSample]:
 
 
 def _tokenized(samples: list[ConversationSample], traj: Trajectory, tokenizer: Any,
-               max_length: int) -> list[dict[str, Any]]:
-    return [_row(tokenize_conversation(tokenizer, s.messages, s.trainable, max_length=max_length),
-                 s.kind, traj, s.first, s.last) for s in samples]
+               max_length: int, cut: Counter | None = None) -> list[dict[str, Any]]:
+    """The samples' rows; a sample whose trained tokens all lie beyond ``max_length`` (its kept
+    actions come late in a long window) has nothing to train: it is left out and counted in
+    ``cut[kind]`` (without ``cut`` it raises :class:`~apollo.data.tokenize.TruncatedAway`)."""
+    rows = []
+    for s in samples:
+        try:
+            tok = tokenize_conversation(tokenizer, s.messages, s.trainable, max_length=max_length)
+        except TruncatedAway:
+            if cut is None:
+                raise
+            cut[s.kind] += 1
+            continue
+        rows.append(_row(tok, s.kind, traj, s.first, s.last))
+    return rows
 
 
-def react_examples(traj: Trajectory, tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+def react_examples(traj: Trajectory, tokenizer: Any, max_length: int,
+                   cut: Counter | None = None) -> tuple[list[dict[str, Any]], int]:
     samples, skipped = react_conversations(traj)
-    return _tokenized(samples, traj, tokenizer, max_length), skipped
+    return _tokenized(samples, traj, tokenizer, max_length, cut), skipped
 
 
 def summary_examples(traj: Trajectory, tokenizer: Any, max_length: int,
-                     dropped: Counter | None = None) -> list[dict[str, Any]]:
+                     dropped: Counter | None = None, cut: Counter | None = None) -> list[dict[str, Any]]:
     """One row per kept summary; ``dropped`` counts the others by mask category."""
-    return _tokenized(summary_conversations(traj, dropped), traj, tokenizer, max_length)
+    return _tokenized(summary_conversations(traj, dropped), traj, tokenizer, max_length, cut)
 
 
 def _row(tok: dict[str, Any], kind: str, traj: Trajectory, first: int, last: int) -> dict[str, Any]:
@@ -139,11 +152,12 @@ def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> 
     base: list[dict[str, Any]] = []
     skipped = 0
     dropped: Counter = Counter()
+    cut: Counter = Counter()
     for t in trajs:
-        ex, sk = react_examples(t, tokenizer, cfg.max_length)
+        ex, sk = react_examples(t, tokenizer, cfg.max_length, cut)
         base.extend(ex)
         skipped += sk
-        base.extend(summary_examples(t, tokenizer, cfg.max_length, dropped))
+        base.extend(summary_examples(t, tokenizer, cfg.max_length, dropped, cut))
     rows = upsample(base, cfg)
     kinds = Counter(r["kind"] for r in base)
     stats = {
@@ -158,6 +172,7 @@ def build_dataset(trajs: list[Trajectory], tokenizer: Any, cfg: BuildConfig) -> 
         "build.tokens": sum(r["n_tokens"] for r in base),
         "build.trained_tokens": sum(r["n_trained"] for r in base),
         "build.truncated": sum(r["truncated"] for r in base),
+        "build.truncated_away": sum(cut.values()),  # samples left out: every trained token beyond max_length
         "build.offset_fallbacks": sum(r["tokenization"] != "incremental" for r in base),
     }
     return rows, stats

@@ -30,6 +30,10 @@ IGNORE_INDEX = -100
 Message = Mapping[str, Any]
 
 
+class TruncatedAway(ValueError):
+    """Every trained token of a sample lies beyond ``max_length`` (the head is kept): nothing to train."""
+
+
 class TokenizationMismatch(ValueError):
     """Incremental (piece-wise) tokenization differs from the full chat-template tokenization."""
 
@@ -118,7 +122,7 @@ def tokenize_conversation(
         ``truncated`` (bool).
 
     Raises:
-        ValueError: no trained token (none trainable, or all cut by ``max_length``).
+        ValueError: no trained token: none trainable, or (:class:`TruncatedAway`) all cut by ``max_length``.
     """
     messages = list(messages)
     if trainable is None:
@@ -179,7 +183,7 @@ def tokenize_conversation(
         input_ids, labels = input_ids[:max_length], labels[:max_length]
     n_trained = sum(1 for x in labels if x != IGNORE_INDEX)
     if n_trained == 0:
-        raise ValueError(
+        raise TruncatedAway(
             f"zero trained tokens after truncation to max_length={max_length} "
             f"({n_tokens} tokens; first trained span starts at character {spans[0][0]})"
         )
