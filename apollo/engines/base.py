@@ -8,6 +8,7 @@ behaviour-cloning demonstrations; it reads the conversation like a model would).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,22 +68,20 @@ class Engine(Protocol):
     def count_tokens(self, messages: list[dict[str, Any]]) -> int: ...
 
 
+# The engines by name, as ``"module:Class"`` paths imported when one is built: the engine modules
+# stand on this one (they import Generation / LocalEngine from here), so this one names them and
+# never imports them. Another engine is one more entry.
+ENGINES: dict[str, str] = {
+    "hf": "apollo.engines.hf:HFEngine",
+    "vllm": "apollo.engines.vllm_engine:VLLMEngine",
+    "vllm_server": "apollo.engines.vllm_server:VLLMServerEngine",
+    "openai": "apollo.engines.openai_engine:OpenAIEngine",
+}
+
+
 def make_engine(kind: str, model_path: str, **kwargs: Any) -> Engine:
     """Build an engine by name (``hf``, ``vllm_server`` (needs ``url=``), ``vllm`` or ``openai``)."""
-    if kind == "hf":
-        from apollo.engines.hf import HFEngine
-
-        return HFEngine(model_path, **kwargs)
-    if kind == "vllm":
-        from apollo.engines.vllm_engine import VLLMEngine
-
-        return VLLMEngine(model_path, **kwargs)
-    if kind == "vllm_server":
-        from apollo.engines.vllm_server import VLLMServerEngine
-
-        return VLLMServerEngine(model_path, **kwargs)
-    if kind == "openai":
-        from apollo.engines.openai_engine import OpenAIEngine
-
-        return OpenAIEngine(model_path, **kwargs)
-    raise ValueError(f"unknown engine '{kind}' (expected hf, vllm_server, vllm or openai)")
+    if kind not in ENGINES:
+        raise ValueError(f"unknown engine '{kind}' (expected {', '.join(ENGINES)})")
+    module, _, cls = ENGINES[kind].partition(":")
+    return getattr(importlib.import_module(module), cls)(model_path, **kwargs)

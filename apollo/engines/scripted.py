@@ -118,3 +118,8 @@ def run_scripted(task: Any, *, noise: float = 0.0, seed: int = 0, annotate: bool
             channel.close()
     traj.meta["mistakes"] = list(engine.agent.mistakes)
     return traj, engine
+
+
+def run_reference(task: Any, root: Any = None) -> float:
+    """Final score of the reference plan: the scripted agent (noise 0) in the one episode loop."""
+    return run_scripted(task, noise=0.0, seed=0, root=root)[0].final_score or 0.0

@@ -19,7 +19,6 @@ from apollo.env.scripted import (
     ScriptedAgent,
     check_deviation,
     run_baseline,
-    run_reference,
 )
 from apollo.env.innovatorbench import load_innovatorbench
 from apollo.env.tasks import DOMAINS, TaskSpec, baseline_plan, list_tasks, load_task, reference_plan
@@ -45,3 +44,13 @@ __all__ = [
     "run_reference",
     "tool_schemas",
 ]
+
+
+def __getattr__(name: str):
+    # run_reference runs the reference plan through the one episode loop (apollo.engines.scripted),
+    # which stands on this package's modules: imported on first use, not when apollo.env is
+    if name == "run_reference":
+        from apollo.engines.scripted import run_reference
+
+        return run_reference
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

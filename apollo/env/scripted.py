@@ -7,12 +7,13 @@
   tiny model is behaviour-cloned from, so thoughts are short templates.
 * :func:`check_deviation` is the simulated annotator's judgement: a short, concrete guidance text
   when the agent's steps deviate from the reference plan, else ``None``.
-* :func:`run_reference` and :func:`run_baseline` score a task's reference and baseline plans.
+* :func:`run_baseline` scores a task's baseline plan (its tool calls in a workspace, no agent).
 
 The scripted agent has no episode loop of its own: :class:`apollo.engines.scripted.ScriptedEngine`
 makes it a policy driven by :func:`apollo.agent.react.run_episode` like every model
 (:func:`apollo.engines.scripted.run_scripted` runs one episode, optionally with the simulated
-annotator inline).
+annotator inline; :func:`apollo.engines.scripted.run_reference` scores the reference plan that way).
+This module stands below the engine and the annotator: it imports neither.
 """
 
 from __future__ import annotations
@@ -263,14 +264,7 @@ def _unfinished_sessions(steps: list[HistoryItem]) -> list[str]:
     return [s for s, p in pending.items() if p]
 
 
-# --- the reference and the baseline ----------------------------------------------------------------
-
-
-def run_reference(task: TaskSpec, root: Path | None = None) -> float:
-    """Final score of the reference plan: the scripted agent (noise 0) in the one episode loop."""
-    from apollo.engines.scripted import run_scripted
-
-    return run_scripted(task, noise=0.0, seed=0, root=root)[0].final_score or 0.0
+# --- the baseline --------------------------------------------------------------------------------
 
 
 def run_baseline(task: TaskSpec, root: Path | None = None) -> float:

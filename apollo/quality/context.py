@@ -73,7 +73,7 @@ def run_checkpoints(boundary: str, frames: dict[str, Any], expectations: dict[st
 def _run(boundary: str, frames: dict[str, Any], expectations: dict[str, list[Any]], root: Path | None):
     from great_expectations.core.run_identifier import RunIdentifier
 
-    from apollo.quality import QualityReport
+    from apollo.quality.report import QualityReport
     from apollo.quality.suites import INDEX
 
     ctx = get_context(root)

@@ -14,7 +14,7 @@ import stat
 import sys
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +68,14 @@ class SandboxConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SandboxConfig:
-        from apollo.config import from_section
-
-        cfg = from_section(cls, d, "params.yaml: sandbox")
+        # the unknown-key check of apollo.config.from_section, here so that the sandbox stands on
+        # nothing of the pipeline's (load_params configures it: config imports the sandbox)
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"params.yaml: sandbox: unknown key(s) {unknown} (known: {sorted(known)})")
+        cfg = cls(**d)
         if cfg.backend not in BACKENDS:
             raise ValueError(f"params.yaml: sandbox.backend must be one of {BACKENDS}, got {cfg.backend!r}")
         if cfg.network not in ("loopback", "host"):
