@@ -13,7 +13,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run experiment experiment-appo experiment-sao experiment-all test ui repro clean-data bench serve chromium bubblewrap stability
+.PHONY: install run experiment experiment-appo experiment-sao experiment-all test ui repro clean-data bench serve chromium bubblewrap stability docs
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -64,6 +64,11 @@ bubblewrap:
 
 test: $(STAMP) chromium bubblewrap
 	$(PY) -m pytest -q --timeout=900
+
+# the docs site (mkdocs-material, mkdocs.yml) into build/site/, strict: a broken link or page fails it;
+# `.venv/bin/mkdocs serve` previews it on :8000
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
 
 serve: $(STAMP)
 	$(PY) -m apollo serve
