@@ -13,7 +13,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run experiment experiment-appo experiment-sao experiment-all test ui repro clean-data bench serve chromium bubblewrap stability docs
+.PHONY: install run experiment experiment-appo experiment-sao experiment-all test ui repro clean-data bench serve chromium bubblewrap stability stability-staleness docs
 
 $(STAMP): pyproject.toml requirements/cpu-lock.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -83,6 +83,12 @@ bench: $(STAMP) bubblewrap
 # (params.yaml sao.stability; STEPS=… overrides its steps). Curves in MLflow and data/rl/stability/.
 stability: $(STAMP)
 	$(PY) -m apollo.rl.sao_stability $(if $(STEPS),--steps $(STEPS),)
+
+# SAO vs asynchronous GRPO at staleness levels: workers sample from the policy k versions ago
+# (params.yaml sao.stability.staleness; LEVELS="lag8" SEEDS="0 1 2" STEPS=… narrow it; finished cells
+# are kept and skipped). Table, plot, summary in data/rl/staleness/; the collapse criterion: apollo/rl/collapse.py.
+stability-staleness: $(STAMP)
+	$(PY) -m apollo.rl.sao_staleness $(if $(LEVELS),--levels $(LEVELS),) $(if $(SEEDS),--seeds $(SEEDS),) $(if $(STEPS),--steps $(STEPS),)
 
 ui: $(STAMP)
 	@echo "MLflow UI on http://127.0.0.1:5000, Prefect UI on http://127.0.0.1:4200 (Ctrl-C stops both)"

@@ -47,6 +47,7 @@ from apollo.env.sanity import CountdownEnv, CountdownTask, safe_eval
 from apollo.rl.losses import grpo_advantages, token_advantages
 from apollo.rl.sao import policy_lambda, skip_observation_gae
 from apollo.rl.sao_rollout import PolicyServer, Rollout, RolloutBuffer, observation_ids, prompt_ids, run_episode
+from apollo.rl.staleness import LaggedPolicyServer, lag_depth, lag_stats, lagged, make_lag
 from apollo.rl.tempered import tempered
 from apollo.rl.value import ValueModel, explained_variance, value_loss
 from apollo.train.batching import IGNORE_INDEX
@@ -88,6 +89,9 @@ class LoopConfig:
     n_tasks: int = 64
     seed: int = 0
     latency: dict[str, Any] = field(default_factory=lambda: {"dist": "none"})
+    # staleness control: workers sample from the policy k versions ago (apollo.rl.staleness):
+    # {dist: none} | {dist: fixed, k} | {dist: pareto, scale, shape, cap} (k drawn per rollout group)
+    lag: dict[str, Any] = field(default_factory=lambda: {"dist": "none"})
     num_threads: int | None = None
     max_batch: int = 1  # workers' turns decoded together (PolicyServer; 1: one turn at a time)
 
@@ -98,6 +102,9 @@ class LoopConfig:
             raise ValueError(f"sao.critic_updates must be ≥ 1, got {self.critic_updates}")
         if self.mode != "sao" and self.batch_size % self.group_size:
             raise ValueError(f"sao.batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})")
+        if lag_depth(self.lag) > self.max_staleness:  # every lagged group would be dropped as stale
+            raise ValueError(f"sao.lag can draw {lag_depth(self.lag)} versions, more than sao.max_staleness "
+                             f"({self.max_staleness}): raise max_staleness")
 
     @property
     def group(self) -> int:
@@ -452,8 +459,13 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
         learner.load_state_dict(torch.load(state_path, weights_only=False))
         log.info("resumed at step %d (policy version %d)", learner.step, learner.version)
     model.eval()
-    server = PolicyServer(model, tokenizer, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                          max_batch=cfg.max_batch, max_len=max_context)
+    server_kw = {"temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens, "max_batch": cfg.max_batch,
+                 "max_len": max_context}
+    if cfg.lag.get("dist", "none") == "none":
+        server: Any = PolicyServer(model, tokenizer, **server_kw)
+    else:  # the staleness control: a ring of past weights, a lag per rollout group
+        server = LaggedPolicyServer(model, tokenizer, depth=lag_depth(cfg.lag), **server_kw)
+        episode = lagged(episode, make_lag(cfg.lag, random.Random(f"{cfg.seed}:lag").randrange(2**31)))
     server.version = learner.version
     buffer = RolloutBuffer(cfg.buffer_capacity, cfg.max_staleness, out / "buffer" if out is not None else None)
     restored = len(buffer)
@@ -500,6 +512,7 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
             t_up = time.perf_counter()
             stats = learner.update(rollouts)
             stats.update(staleness_stats(rollouts, learner.version))
+            stats.update(lag_stats(list(rollouts)))
             if stats["actor_updated"]:  # new weights to the workers (not during the critic warm-up)
                 learner.version = server.publish(model.state_dict())
             trained += len(rollouts)

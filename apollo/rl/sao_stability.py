@@ -31,7 +31,7 @@ CURVES = ("reward", "entropy", "grad_norm", "value_loss", "explained_variance", 
 
 
 def _run_mode(mode: str, loop: dict[str, Any], model_path: str, out: str, steps: int, time_budget_s: float | None,
-              parent_run_id: str | None) -> dict[str, Any]:
+              parent_run_id: str | None, run_name: str | None = None, hist_name: str | None = None) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -44,9 +44,10 @@ def _run_mode(mode: str, loop: dict[str, Any], model_path: str, out: str, steps:
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
     tok = AutoTokenizer.from_pretrained(model_path)
     tasks = make_tasks(cfg.n_tasks, seed=cfg.seed)
-    hist_path = Path(out) / f"{mode}.jsonl"
+    hist_path = Path(out) / (hist_name or f"{mode}.jsonl")
+    hist_path.parent.mkdir(parents=True, exist_ok=True)
     hist_path.unlink(missing_ok=True)
-    with tracking.stage_run(f"rl_stability@{mode}", params={"sao": {**cfg.__dict__}, "model": model_path},
+    with tracking.stage_run(run_name or f"rl_stability@{mode}", params={"sao": {**cfg.__dict__}, "model": model_path},
                             parent_run_id=parent_run_id, tags={"apollo.variant": mode}) as run, \
             open(hist_path, "a", encoding="utf-8") as fh:
         def on_log(step: int, st: dict[str, float]) -> None:
@@ -55,8 +56,8 @@ def _run_mode(mode: str, loop: dict[str, Any], model_path: str, out: str, steps:
             # per-task rewards (64 countdown tasks) stay in the history file, out of MLflow
             run.log_metrics({k: v for k, v in st.items() if not k.startswith(("loss.", "reward.task."))}, step=step)
             if step % 25 == 0:
-                log.info("%s step %d reward %.3f entropy %.3f grad_norm %.3f", mode, step, st["reward"],
-                         st["entropy"], st["grad_norm"])
+                log.info("%s step %d reward %.3f entropy %.3f grad_norm %.3f staleness %.2f", run_name or mode, step,
+                         st["reward"], st["entropy"], st["grad_norm"], st["staleness.token_mean"])
 
         res = run_loop(model, tok, tasks, cfg, on_log=on_log, time_budget_s=time_budget_s)
         run.log_metrics({"final_steps": res["steps"], "final_samples_per_s": res["samples_per_s"]})
