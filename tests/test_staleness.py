@@ -303,3 +303,41 @@ def test_the_highest_levels_cell_config_runs(model, tok, mode):
     assert all(0 <= st["lag.max"] <= 32 for st in logs)
     assert sum(st["lag.mean"] for st in logs) / len(logs) > 1.0
     assert max(st["staleness.traj_max"] for st in logs) >= 4
+
+
+def test_staleness_cli_runs_cells_once_and_logs_them_to_mlflow(tmp_path, monkeypatch, capsys):
+    """``python -m apollo.rl.sao_staleness`` end to end on a small grid: a preset model built and
+    warm-started once, a process per cell, each cell's history, result and MLflow child run, the
+    report; a second call finds the cells finished and runs nothing."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from apollo.config import load_params, project_root
+    from apollo.rl import sao_staleness
+
+    params = load_params(project_root() / "params.yaml")
+    grid = params["sao"]["stability"]["staleness"]
+    grid.update(warm_start={"steps": 5, "lr": 3e-3, "batch_size": 4}, out="out", seeds={"lag8": [0]},
+                overrides={"n_tasks": 8, "critic_warmup_steps": 2})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("APOLLO_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    argv = ["--params", str(tmp_path / "params.yaml"), "--levels", "lag8", "--steps", "6"]
+    assert sao_staleness.main(argv) == 0
+    out = tmp_path / "out"
+    for mode in ("sao", "grpo_async"):
+        res = json.loads((out / "lag8" / "s0" / f"{mode}.result.json").read_text())
+        assert res["summary"]["updates"] == 6 and res["lag"]["cap"] == 32
+        assert len((out / "lag8" / "s0" / f"{mode}.jsonl").read_text().splitlines()) == 6
+    assert (out / "warm_start" / "config.json").exists() and (out / "base" / "tokenizer.json").exists()
+    assert "| lag8 | sao | 0 | 6 |" in (out / "table.md").read_text()
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("apollo").experiment_id])
+    names = {r.info.run_name for r in runs}
+    assert {"sao_staleness", "rl_staleness@lag8-sao-s0", "rl_staleness@lag8-grpo_async-s0"} <= names
+    capsys.readouterr()
+    before = (out / "lag8" / "s0" / "sao.jsonl").stat().st_mtime_ns
+    assert sao_staleness.main(argv) == 0  # finished cells are skipped
+    assert (out / "lag8" / "s0" / "sao.jsonl").stat().st_mtime_ns == before
+    assert "| lag8 | grpo_async | 0 | 6 |" in capsys.readouterr().out

@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cells = [c for c in st["cells"] if not args.modes or c["mode"] in args.modes]
     todo = [c for c in cells if args.force or not (cell_dir(out, c) / f"{c['mode']}.result.json").exists()]
-    todo.sort(key=lambda c: (all_levels.index(c["level"]) if c["level"] in all_levels else 99, c["seed"]))
+    order = list(st["levels"])  # the levels in the order asked (--levels lag8 lag4: the highest first)
+    todo.sort(key=lambda c: (order.index(c["level"]), c["seed"]))
     budget = args.time_budget_s if args.time_budget_s is not None else st["time_budget_s"]
     parent = tracking.start_parent_run("sao_staleness", params={"steps": st["steps"], "levels": st["levels"],
                                                                 "warm_start": st["warm_start"], "model": st["model"]})
