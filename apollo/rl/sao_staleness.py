@@ -221,10 +221,15 @@ def table(rows: list[dict[str, Any]], diffs: dict[str, tuple[float, float, float
         pend = sum(r["pending"])
         crit = f"{fired}/{len(r['seeds'])}" + (f" (at {when})" if when else "") + (f", {pend} pending" if pend else "")
         ups = sorted(set(r["updates"]))
+        first, last = _fmt(r["reward_first"]), _fmt(r["reward_last"])
+        if len(r["seeds"]) == 1:  # one seed: ± 1.96 standard errors over the window's updates instead
+            s0 = r["per_seed"][0]
+            first += f" ± {s0['reward_first_hw']:.3f}"
+            last += f" ± {s0['reward_last_hw']:.3f}"
         lines.append(
             f"| {r['level']} | {r['mode']} | {','.join(map(str, r['seeds']))} | {'/'.join(map(str, ups))} | "
             f"{_fmt(r['staleness.token_mean'], 2)} ({max(s['staleness.token_max'] for s in r['per_seed']):.0f}) | "
-            f"{_fmt(r['reward_first'])} | {_fmt(r['reward_last'])} | {_fmt(r['lowest_after_start'])} | {crit} | "
+            f"{first} | {last} | {_fmt(r['lowest_after_start'])} | {crit} | "
             f"{_fmt(r['masked_fraction'], 4)} | {_fmt(r['entropy_first'])} → {_fmt(r['entropy_last'])} |")
     text = head + "\n".join(lines) + "\n"
     if diffs:
@@ -277,7 +282,8 @@ def report(out: Path, level_order: list[str] | None = None) -> tuple[list[dict[s
     text = table(rows, diffs)
     crit = (f"Collapse criterion (apollo/rl/collapse.py): the {WINDOW}-update mean reward falls more than {MARGIN} below "
             f"the first {WINDOW} updates' mean at an update ≥ {START} and stays below for {HOLD} updates, or a "
-            "non-finite reward / loss / grad norm. Intervals: 95% t over seeds (one seed: none).\n")
+            "non-finite reward / loss / grad norm. Intervals: 95% t over seeds; with one seed, ± 1.96 standard "
+            "errors over the window's 50 updates.\n")
     (out / "table.md").write_text(text + "\n" + crit)
     summary = {"rows": [{k: v for k, v in r.items() if k != "per_seed"} | {"per_seed": [
         {k: v for k, v in s.items()} for s in r["per_seed"]]} for r in rows],
