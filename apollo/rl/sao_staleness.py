@@ -149,7 +149,9 @@ def run_summary(history: list[dict[str, Any]]) -> dict[str, Any]:
         v = [r[k] for r in rows if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
         return statistics.fmean(v) if v else math.nan
 
-    for k in ("staleness.token_mean", "staleness.traj_mean", "lag.mean", "masked_fraction", "value_loss"):
+    for k in ("staleness.token_mean", "staleness.traj_mean", "lag.mean", "masked_fraction", "value_loss",
+              "explained_variance", "loss.ratio_mean", "loss.approx_kl", "loss.low_fraction", "loss.high_fraction",
+              "loss.clip_low_fraction", "loss.clip_high_fraction", "loss.dual_clip_fraction"):
         s[k] = mean(k)
     s["staleness.token_max"] = max((r.get("staleness.token_max", 0.0) for r in history), default=math.nan)
     s["entropy_first"], s["entropy_last"] = mean("entropy", history[:WINDOW]), mean("entropy", history[-WINDOW:])
