@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
 BASE_CFG = {"lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 2, "max_steps": STEPS, "micro_batch_size": 1,
             "log_every": 1, "progress": False, "zero_stage": 2, "save_every": 5, "keep_checkpoints": 2,
-            "max_length": 1024}
+            "max_length": 1024, "bf16": False}  # fp32: the tolerances above (params.yaml trains SmolLM2 in bf16 autocast)
 
 
 # ------------------------------------------------------------------------------------- fast checks

@@ -129,3 +129,34 @@ def test_slot_forward_matches_the_models_own_forward(model_dir):
     with torch.no_grad():
         ref_kv = kv_of(model(seqs[2][:, :-1], use_cache=True).past_key_values)
     assert torch.allclose(exported[0][0], ref_kv[0][0], atol=1e-5)
+
+
+def test_slot_forward_with_bf16_weights_keeps_fp32_buffers(model_dir):
+    """bf16 weights (``evaluate.dtype: bfloat16``): on CPU the key/value buffers and the attention stay
+    fp32, the logits follow the model's own bf16 forward within bf16 rounding, and an exported cache
+    comes back in the weights' dtype (the prefix cache feeds it to the bf16 model)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from apollo.engines.hf_batch import SlotKV, kv_of
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
+    g = torch.Generator().manual_seed(1)
+    seqs = {0: torch.randint(3, 200, (1, 30), generator=g), 1: torch.randint(3, 200, (1, 90), generator=g)}
+    kv = SlotKV(model, 2, "cpu", max_len=512)
+    with torch.no_grad():
+        for s in (0, 1):
+            assert kv.load(kv_of(model(seqs[s][:, :-1], use_cache=True).past_key_values), seqs[s].shape[1] - 1) == s
+        assert kv.keys[0].dtype == torch.float32 and kv.kv_dtype == torch.float32
+        for _ in range(6):
+            got = kv.step([0, 1], [int(seqs[s][0, -1]) for s in (0, 1)], [seqs[s].shape[1] - 1 for s in (0, 1)])
+            assert got.dtype == torch.float32
+            for s in (0, 1):
+                ref = model(seqs[s]).logits[0, -1].float()
+                # bf16 keeps ~3 significant digits: compare at the scale of the logits
+                assert (got[s] - ref).abs().max() <= 0.05 * ref.abs().max(), (s, (got[s] - ref).abs().max())
+                assert int(torch.argmax(got[s])) == int(torch.argmax(ref)) or \
+                    (ref.max() - ref[int(torch.argmax(got[s]))]) < 0.05 * ref.abs().max()
+                seqs[s] = torch.cat([seqs[s], torch.argmax(ref).view(1, 1)], dim=1)
+    exported = kv.export(1, seqs[1].shape[1] - 1)
+    assert exported[0][0].dtype == torch.bfloat16 and exported[0][0].shape[-2] == seqs[1].shape[1] - 1

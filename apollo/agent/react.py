@@ -48,7 +48,7 @@ class GuidanceChannel(Protocol):
 @dataclass
 class AgentConfig:
     max_steps: int | None = None  # None: the task's own budget
-    max_wall_s: float | None = None
+    max_wall_s: float | None = None  # None: the task's; working time, the engine's generation time excluded
     context_tokens: int = 4096  # η_L: at this many prompt tokens the earlier half is summarized
     summarize: bool = True
     command_timeout_s: float = 20.0
@@ -66,8 +66,9 @@ class EpisodeStart:
     was delivered before step ``k`` (so its prompt is the original's, token for token);
     ``prefix_logprobs``/``prefix_entropies``: the original's values for the prefix tokens (the
     record of step ``k`` holds prefix + continuation); ``restore(ws)``: puts the fresh workspace
-    in the state it had before step ``k``; ``evals_used``: evals already spent; ``elapsed_s``: wall
-    time already spent (counts against the task's budget).
+    in the state it had before step ``k``; ``evals_used``: evals already spent; ``elapsed_s``: working
+    time already spent (the parent's wall time before step ``k`` minus its engine waits; counts
+    against the task's budget).
     """
 
     steps: list[Step]
@@ -225,7 +226,12 @@ async def arun_episode(
             "max_steps": max_steps, "policy_id": engine.policy_id})
     first_step, summary_index = (start.first_step, start.summary_index) if start is not None else (0, None)
     first_i = start.step_index if start is not None else 0
+    # the working-time budget (the task's max_working_time) counts the episode's wall time minus its waits
+    # for the policy's engine: on a shared CPU that wait depends on how many episodes decode together
+    # (10 SmolLM2 episodes in flight on 2 cores: ~12 s a turn, 8 of 18 rollouts ran out of 300 s), so a
+    # wall-clock budget would make the score a function of the machine and of `workers`
     t_start = time.monotonic() - (start.elapsed_s if start is not None else 0.0)
+    engine_wait = 0.0
     ws = Workspace(task, root=workspace_root, command_timeout_s=cfg.command_timeout_s,
                    max_output_chars=cfg.max_output_chars)
     await asyncio.to_thread(ws.__enter__)
@@ -236,7 +242,7 @@ async def arun_episode(
                     await asyncio.to_thread(start.restore, ws)
                 ws.evals_used = start.evals_used
             for i in range(first_i, max_steps):
-                if time.monotonic() - t_start > max_wall:
+                if time.monotonic() - t_start - engine_wait > max_wall:
                     traj.finish_reason = "time_budget"
                     break
                 if on_boundary is not None:
@@ -252,7 +258,9 @@ async def arun_episode(
                     _fit_window, engine, traj, i, first_step, summary_index, pending, cfg.context_tokens,
                     seed, cfg.summarize,
                 )
+                gen_t0 = time.monotonic()
                 gen = await _generate(engine, msgs, seed * 100_003 + i, start.prefix if branching else None)
+                engine_wait += time.monotonic() - gen_t0
                 action = parse_action(gen.text)
                 tool_t0 = time.perf_counter()
                 if action.valid:

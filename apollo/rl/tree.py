@@ -255,7 +255,7 @@ def branch_start(parent: Trajectory, point: BranchPoint, snaps: WorkspaceSnapsho
         prefix_logprobs=None if tr.logprobs is None else list(tr.logprobs[: j + 1]),
         prefix_entropies=None if tr.entropies is None else list(tr.entropies[: j + 1]),
         restore=lambda ws: snaps.restore(ws, k), evals_used=len(evals),
-        elapsed_s=max(0.0, st.started_at - parent.started_at),
+        elapsed_s=max(0.0, st.started_at - parent.started_at - sum(p.gen_time_s or 0.0 for p in parent.steps[:k])),
     )
 
 
