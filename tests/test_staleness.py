@@ -216,13 +216,16 @@ def test_staleness_grid_settings_read_the_projects_params():
     levels = params["sao"]["stability"]["staleness"]["levels"]
     assert [round(lag_mean(levels[n]["lag"]), 1) for n in ("lag1", "lag4", "lag8")] == [1.0, 4.0, 8.0]
     cells = {(c["level"], c["seed"], c["mode"]) for c in st["cells"]}
-    assert {(lv, s) for lv, s, _ in cells} == {("lag1", 0), ("lag4", 0), ("lag8", 0), ("lag8", 1), ("lag8", 2)}
-    assert {m for *_, m in cells} == {"sao", "grpo_async"} and len(st["cells"]) == 10
+    assert {(lv, s) for lv, s, _ in cells} == {("lag1", 0), ("lag4", 0), ("lag8", 0), ("lag8", 1), ("lag8", 2),
+                                               ("lag8_lr1e-3", 0)}
+    assert {m for *_, m in cells} == {"sao", "grpo_async"} and len(st["cells"]) == 12
     over = params["sao"]["stability"]["overrides"]
     for c in st["cells"]:
         cfg = loop_config(c["loop"], mode=c["mode"])
         assert cfg.lag == levels[c["level"]]["lag"] and cfg.seed == c["seed"]
-        assert {k: getattr(cfg, k) for k in over} == over  # the stability run's sizes
+        want = {**over, **{k: v for k, v in levels[c["level"]].items() if k in over}}
+        assert {k: getattr(cfg, k) for k in over} == want  # the stability run's sizes (the probe: its lr)
+    assert loop_config(next(c for c in st["cells"] if c["level"] == "lag8_lr1e-3")["loop"]).actor_lr == 1e-3
     assert settings(params, levels=["lag8"], seeds=[4], steps=9)["steps"] == 9
     with pytest.raises(ValueError, match="unknown staleness levels"):
         settings(params, levels=["lag99"])

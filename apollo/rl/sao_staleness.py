@@ -250,7 +250,7 @@ def plot(cells: list[dict[str, Any]], path: Path, level_order: list[str] | None 
     levels += sorted({c["level"] for c in cells} - set(levels))
     if not levels:
         return
-    fig, axes = plt.subplots(len(CURVES), len(levels), figsize=(5 * len(levels), 2.4 * len(CURVES)), squeeze=False)
+    fig, axes = plt.subplots(len(CURVES), len(levels), figsize=(max(8, 5 * len(levels)), 2.4 * len(CURVES)), squeeze=False)
     colors = {"sao": "tab:blue", "grpo_async": "tab:red", "grpo_sync": "tab:green"}
     for j, lv in enumerate(levels):
         for c in sorted((c for c in cells if c["level"] == lv), key=lambda c: (c["mode"], c["seed"])):
@@ -269,7 +269,7 @@ def plot(cells: list[dict[str, Any]], path: Path, level_order: list[str] | None 
             if i == len(CURVES) - 1:
                 axes[i][j].set_xlabel("update")
         axes[0][j].legend(fontsize=7)
-    fig.suptitle("SAO vs asynchronous GRPO at controlled staleness (countdown; 25-update moving means)")
+    fig.suptitle("SAO vs asynchronous GRPO at controlled staleness\n(countdown; 25-update moving means)", fontsize=10)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=70)
