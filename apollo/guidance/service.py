@@ -201,9 +201,12 @@ def _sse(event_id: int, kind: str, data: dict[str, Any]) -> str:
 
 # --- the app ---------------------------------------------------------------------------------------
 def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, event_poll_s: float = 0.2,
-               lost_after_s: float = 30.0, caps: dict[str, int] | None = None) -> FastAPI:
+               lost_after_s: float = 30.0, caps: dict[str, int] | None = None,
+               agent_concurrency: int = 4) -> FastAPI:
     """The app. ``lost_after_s``: a running rollout whose worker has not been heard of for that long
-    is shown as lost; ``caps``: body caps by route class (:data:`apollo.guidance.gate.CAPS`)."""
+    is shown as lost; ``caps``: body caps by route class (:data:`apollo.guidance.gate.CAPS`);
+    ``agent_concurrency``: agent sync calls served at once (the others wait in the event loop, not
+    in worker threads, so the threads and the write lock stay free for the annotators)."""
     store = store if isinstance(store, GuidanceStore) else GuidanceStore(store)
     hub = EventHub(store, event_poll_s)
     triage = Triage(store, lost_after_s=lost_after_s)
@@ -237,7 +240,7 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
     def role(allowed: frozenset[str]) -> Any:
-        def dep(request: Request) -> Principal:
+        async def dep(request: Request) -> Principal:  # async: no worker thread for a dict lookup
             p = getattr(request.state, "principal", None)  # the gate authenticated it
             if p is None:
                 raise HTTPException(401, "a valid token is required", headers={"WWW-Authenticate": "Bearer"})
@@ -399,8 +402,14 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         return row
 
     # -- agent writes -----------------------------------------------------------------------------
+    sync_slots = asyncio.Semaphore(max(1, agent_concurrency))
+
     @app.post("/api/agent/sync")
-    def agent_sync(body: SyncIn, p: Principal = agent) -> dict[str, Any]:
+    async def agent_sync(body: SyncIn, p: Principal = agent) -> dict[str, Any]:
+        async with sync_slots:
+            return await run_in_threadpool(_agent_sync, body, p)
+
+    def _agent_sync(body: SyncIn, p: Principal) -> dict[str, Any]:
         results = store.apply_ops(body.ops, owner=p.key) if body.ops else []
         pending = store.pending(body.poll, owner=p.key) if body.poll else {}
         refused = [t for t in body.poll if t not in pending]  # unknown, another owner's, or a wrong secret

@@ -157,6 +157,15 @@ class GuidanceStore(Database, StoreReads):
         if row is not None and row.owner and row.owner != owner:
             raise Forbidden(f"trajectory {trajectory_id!r} belongs to another agent token")
 
+    def _insert(self, table: Any) -> Any:
+        """The dialect's INSERT (SQLite and PostgreSQL both have ``ON CONFLICT``: one statement for an
+        idempotent write instead of a read and a write)."""
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        return dialect_insert(table)
+
     @staticmethod
     def _event(c: Connection, kind: str, trajectory_id: str | None, **data: Any) -> None:
         c.execute(insert(events_t).values(trajectory_id=trajectory_id, kind=kind, created_at=time.time(),
@@ -325,13 +334,8 @@ class GuidanceStore(Database, StoreReads):
         s = steps_t
         values = dict(tool=tool, arguments=args_json, observation=observation or "",
                       created_at=now, assistant_text=assistant_text, detail=detail_json)
-        exists = c.execute(select(s.c.step_index).where(and_(s.c.trajectory_id == trajectory_id,
-                                                            s.c.step_index == step_index))).first()
-        if exists:
-            c.execute(update(s).where(and_(s.c.trajectory_id == trajectory_id, s.c.step_index == step_index))
-                      .values(**values))
-        else:
-            c.execute(insert(s).values(trajectory_id=trajectory_id, step_index=step_index, **values))
+        c.execute(self._insert(s).values(trajectory_id=trajectory_id, step_index=step_index, **values)
+                  .on_conflict_do_update(index_elements=[s.c.trajectory_id, s.c.step_index], set_=values))
         # acknowledge: what was delivered at this step (plus ids the agent says it injected here)
         g = guidance_t
         if guidance_ids:
@@ -390,11 +394,10 @@ class GuidanceStore(Database, StoreReads):
     def _insert_record(self, c: Connection, trajectory_id: str, kind: str, data: dict[str, Any], *,
                        step_index: int | None, key: str, ref: str = "") -> int:
         r = records_t
-        if c.execute(select(r.c.id).where(and_(r.c.trajectory_id == trajectory_id, r.c.key == key))).first():
-            return 0  # a retried post
-        c.execute(insert(r).values(trajectory_id=trajectory_id, step_index=step_index, kind=kind, ref=ref or "",
-                                   key=key, created_at=time.time(), data=_j(data)))
-        return 1
+        res = c.execute(self._insert(r).values(trajectory_id=trajectory_id, step_index=step_index, kind=kind,
+                                               ref=ref or "", key=key, created_at=time.time(), data=_j(data))
+                        .on_conflict_do_nothing(index_elements=[r.c.trajectory_id, r.c.key]))
+        return 1 if res.rowcount else 0  # 0: a retried post
 
     def post_record(self, trajectory_id: str, kind: str, data: dict[str, Any], *, step_index: int | None = None,
                     key: str | None = None, ref: str = "", session: str | None = None,
@@ -581,32 +584,31 @@ class GuidanceStore(Database, StoreReads):
                 if sess is not None and not isinstance(sess, str):
                     raise StoreError("session must be a string")
                 sec = self._presented(tid, op.get("secret"), owner)
-                try:
-                    with c.begin_nested():
-                        if kind == "register":
-                            res: Any = self._register(c, tid, op.get("task_id") or "?", op.get("meta"), sess,
-                                                      owner, sec)
-                            if owner is None:
-                                held[tid] = res["secret"]
-                        elif kind == "step":
-                            res = self._post_step(c, tid, as_index(op["step_index"]), op.get("tool"),
-                                                  op.get("arguments") or {}, op.get("observation") or "",
-                                                  op.get("assistant_text") or "", op.get("detail") or {},
-                                                  op.get("guidance_ids"), sess, op.get("summary"), owner, sec)
-                        elif kind == "deliver":
-                            res = [r["guidance_id"] for r in self._deliver(
-                                c, tid, as_index(op["step_index"]), op.get("guidance_ids") or [],
-                                op.get("delivered_at"), sess, owner, sec)]
-                        elif kind == "record":
-                            if op.get("kind") not in ("terminal", "file", "search"):
-                                raise StoreError(f"bad record kind {op.get('kind')!r:.40}")
-                            res = self._post_record(c, tid, op["kind"], op.get("data") or {}, op.get("step_index"),
-                                                    op.get("key"), op.get("ref") or "", sess, owner, sec)
-                        elif kind == "end":
-                            self._end(c, tid, op.get("status") or "finished", op.get("final_score"), sess, owner, sec)
-                            res = True
-                        else:
-                            raise StoreError(f"unknown op {kind!r:.40}")
+                try:  # the refusals below are raised by the checks, before an op writes anything
+                    if kind == "register":
+                        res: Any = self._register(c, tid, op.get("task_id") or "?", op.get("meta"), sess,
+                                                  owner, sec)
+                        if owner is None:
+                            held[tid] = res["secret"]
+                    elif kind == "step":
+                        res = self._post_step(c, tid, as_index(op["step_index"]), op.get("tool"),
+                                              op.get("arguments") or {}, op.get("observation") or "",
+                                              op.get("assistant_text") or "", op.get("detail") or {},
+                                              op.get("guidance_ids"), sess, op.get("summary"), owner, sec)
+                    elif kind == "deliver":
+                        res = [r["guidance_id"] for r in self._deliver(
+                            c, tid, as_index(op["step_index"]), op.get("guidance_ids") or [],
+                            op.get("delivered_at"), sess, owner, sec)]
+                    elif kind == "record":
+                        if op.get("kind") not in ("terminal", "file", "search"):
+                            raise StoreError(f"bad record kind {op.get('kind')!r:.40}")
+                        res = self._post_record(c, tid, op["kind"], op.get("data") or {}, op.get("step_index"),
+                                                op.get("key"), op.get("ref") or "", sess, owner, sec)
+                    elif kind == "end":
+                        self._end(c, tid, op.get("status") or "finished", op.get("final_score"), sess, owner, sec)
+                        res = True
+                    else:
+                        raise StoreError(f"unknown op {kind!r:.40}")
                     results.append({"ok": True, "result": res})
                 except StaleSession as e:
                     results.append({"ok": False, "error": "stale_session", "detail": str(e)})
@@ -649,7 +651,7 @@ class GuidanceStore(Database, StoreReads):
         tag = guidance_tag(self.key, guidance_id=gid, trajectory_id=trajectory_id, text=text, author=author,
                            created_at=now)
         try:
-            with self._write() as c:
+            with self._write(urgent=True) as c:  # a person waits on this: ahead of the agents' batches
                 old = c.execute(select(g).where(g.c.guidance_id == gid)).first()
                 if old is not None:
                     if old.trajectory_id != trajectory_id or old.text != text:

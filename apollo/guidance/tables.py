@@ -93,7 +93,7 @@ events_t = Table(
 )
 
 
-_ENGINES: dict[tuple[Any, ...], tuple[Engine, threading.Lock | None]] = {}
+_ENGINES: dict[tuple[Any, ...], tuple[Engine, Any]] = {}  # key -> (engine, its WriteLock or None)
 _ENGINES_LOCK = threading.Lock()
 
 
