@@ -280,3 +280,51 @@ def test_the_store_mode_keeps_the_same_rule(tmp_path):
     restarted.post_step(VICTIM, 0, "think", {}, "ok")
     restarted.end(VICTIM)
     assert worker.guidance_by_id(gid)["state"] == "acknowledged"
+
+
+class _PostAfterRegister:
+    """A rollout worker's channel, with an annotator's message posted right after the worker registers
+    (through the store's annotator path), due before step 1."""
+
+    def __init__(self, channel, db):
+        self.ch, self.db = channel, db
+
+    def register(self, tid, task_id, *, meta=None):
+        self.ch.register(tid, task_id, meta=meta)
+        if hasattr(self.ch, "flush"):  # the HTTP client only queues the register
+            assert self.ch.flush(10)
+        GuidanceStore(self.db).post_guidance(tid, "look at the data first", at_step=1)
+
+    def take_pending(self, tid, i):
+        if i == 1 and hasattr(self.ch, "_cache"):  # the HTTP client's poll brings it in the background
+            wait_for(lambda: self.ch._cache.get(tid))
+        return self.ch.take_pending(tid, i)
+
+    def __getattr__(self, name):
+        return getattr(self.ch, name)
+
+
+@pytest.mark.parametrize("mode", ["store", "service"])
+def test_rollout_workers_keep_working_with_their_secrets(tmp_path, mode):
+    """The rollout stage's channel in both modes (a direct store, the in-process service + HTTP
+    client): the worker's register, steps, guidance and end go through with the secret it holds."""
+    from apollo.agent.react import AgentConfig, run_episode
+    from apollo.engines.scripted import ScriptedEngine
+    from apollo.env.tasks import list_tasks
+    from apollo.guidance.runtime import GuidanceSettings, guidance_session
+
+    task = list_tasks(split="train")[0]
+    db = tmp_path / "g.sqlite"
+    with guidance_session(GuidanceSettings(mode=mode), db, None) as channel:
+        traj = run_episode(task, ScriptedEngine(task, seed=0), guidance=_PostAfterRegister(channel, db),
+                           config=AgentConfig(max_steps=4), trajectory_id="w-1", workspace_root=tmp_path / "ws")
+        if mode == "store":
+            assert channel.secret("w-1")
+        else:
+            assert channel.secret("w-1") and channel.stats["dropped"] == 0 and channel._fenced == set()
+    store = GuidanceStore(db)
+    assert [g.text for g in traj.steps[1].guidance] == ["look at the data first"]
+    assert [s["step_index"] for s in store.steps("w-1")] == list(range(len(traj.steps)))
+    [g] = store.guidance("w-1")
+    assert g["state"] == "acknowledged" and g["delivered_step"] == 1
+    assert store.trajectory("w-1")["status"] == "finished"

@@ -202,7 +202,7 @@ def _sse(event_id: int, kind: str, data: dict[str, Any]) -> str:
 # --- the app ---------------------------------------------------------------------------------------
 def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, event_poll_s: float = 0.2,
                lost_after_s: float = 30.0, caps: dict[str, int] | None = None,
-               agent_concurrency: int = 4) -> FastAPI:
+               agent_concurrency: int = 2) -> FastAPI:
     """The app. ``lost_after_s``: a running rollout whose worker has not been heard of for that long
     is shown as lost; ``caps``: body caps by route class (:data:`apollo.guidance.gate.CAPS`);
     ``agent_concurrency``: agent sync calls served at once (the others wait in the event loop, not
@@ -387,15 +387,10 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
     # -- annotator writes -------------------------------------------------------------------------
     @app.post("/api/trajectories/{tid}/guidance", status_code=201)
     def post_guidance(tid: str, body: GuidanceIn, response: Response, p: Principal = annotator) -> dict[str, Any]:
-        t = store.trajectory(tid)  # 404 for an unknown trajectory
-        if t["status"] != "running":
-            old = store.guidance_by_id(body.guidance_id) if body.guidance_id else None
-            if old is None or old["trajectory_id"] != tid:
-                raise HTTPException(409, f"trajectory {tid} is {t['status']}: guidance would never be delivered")
-            response.status_code = 200  # a retry of a message accepted while it was running
-            return old
+        # one write transaction: a retry answers the stored row (200, even if the rollout ended since),
+        # an unknown rollout 404, an ended one 409
         row = store.add_guidance(tid, body.text, author=p.name, delay_s=body.delay_s, meta=body.meta,
-                                 guidance_id=body.guidance_id, at_step=body.at_step)
+                                 guidance_id=body.guidance_id, at_step=body.at_step, running_only=True)
         if not row.pop("created"):
             response.status_code = 200  # a retry of an accepted message
         row.pop("auth_tag", None)

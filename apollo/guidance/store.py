@@ -86,6 +86,7 @@ from apollo.guidance.tables import (  # noqa: F401  (re-exported: the store's pu
     MAX_INDEX,
     Forbidden,
     NotFound,
+    NotRunning,
     StaleSession,
     StoreError,
     _guidance_dict,
@@ -637,8 +638,10 @@ class GuidanceStore(Database, StoreReads):
 
     def add_guidance(self, trajectory_id: str, text: str, *, author: str = "annotator", delay_s: float = 0.0,
                      meta: dict[str, Any] | None = None, guidance_id: str | None = None,
-                     at_step: int | None = None) -> dict[str, Any]:
-        """Like :meth:`post_guidance`; returns the stored row (``created`` False for a retry)."""
+                     at_step: int | None = None, running_only: bool = False) -> dict[str, Any]:
+        """Like :meth:`post_guidance`; returns the stored row (``created`` False for a retry).
+        ``running_only``: a new message for a rollout that is not registered is :class:`NotFound`,
+        for one that has ended :class:`NotRunning` (checked in the same transaction)."""
         if at_step is not None:
             as_index(at_step, "at_step")
         if not isinstance(text, str) or not text.strip():
@@ -657,11 +660,18 @@ class GuidanceStore(Database, StoreReads):
                     if old.trajectory_id != trajectory_id or old.text != text:
                         raise StoreError(f"guidance id {gid!r} is already used for another message")
                     return {**_guidance_dict(old), "created": False}
-                c.execute(insert(g).values(guidance_id=gid, trajectory_id=trajectory_id, text=text, author=author,
-                                           created_at=now, available_at=now + max(0.0, float(delay_s)),
-                                           meta=_j(meta or {}), auth_tag=tag, at_step=at_step))
+                if running_only:
+                    t = trajectories_t
+                    st = c.execute(select(t.c.status).where(t.c.trajectory_id == trajectory_id)).scalar()
+                    if st is None:
+                        raise NotFound(f"no trajectory {trajectory_id!r}")
+                    if st != "running":
+                        raise NotRunning(f"trajectory {trajectory_id} is {st}: guidance would never be delivered")
+                row = c.execute(insert(g).values(guidance_id=gid, trajectory_id=trajectory_id, text=text,
+                                                 author=author, created_at=now,
+                                                 available_at=now + max(0.0, float(delay_s)), meta=_j(meta or {}),
+                                                 auth_tag=tag, at_step=at_step).returning(*g.c)).one()
                 self._event(c, "guidance", trajectory_id, guidance_id=gid, state="pending")
-                row = c.execute(select(g).where(g.c.guidance_id == gid)).one()
                 return {**_guidance_dict(row), "created": True}
         except IntegrityError:  # the same id inserted concurrently by a retry (PostgreSQL)
             with self._read() as c:

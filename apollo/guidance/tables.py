@@ -123,6 +123,12 @@ def as_index(v: Any, what: str = "step_index") -> int:
     return v
 
 
+class NotRunning(StoreError):
+    """Guidance for a rollout that has ended: it would never be delivered."""
+
+    status = 409
+
+
 class StaleSession(StoreError):
     """A write from an agent session that a resumed agent has replaced."""
 
