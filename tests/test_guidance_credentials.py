@@ -111,6 +111,11 @@ def test_another_rollout_can_be_neither_re_registered_nor_ended(svc):
         {"op": "step", "trajectory_id": VICTIM, "step_index": 1, "tool": "think", "observation": "poison"},
         {"op": "record", "trajectory_id": VICTIM, "kind": "terminal", "data": {"output": "poison"}}]})
     assert r.status_code == 200 and [x["error"] for x in r.json()["results"]] == ["forbidden"] * 4
+    for method, path, body in (("PUT", "steps/1", {"tool": "think", "observation": "poison"}),
+                               ("POST", "records", {"kind": "terminal", "data": {"output": "poison"}}),
+                               ("POST", "deliver", {"step_index": 1, "guidance_ids": [before[3][0][0]]})):
+        r = httpx.request(method, f"{url}/api/trajectories/{VICTIM}/{path}", json=body, headers=H("agent"))
+        assert r.status_code == 403, (path, r.text)
     assert state_of(store) == before  # still running, same epoch, no step, nothing expired
     # the real worker's next step is recorded (no 409), annotators can still send guidance
     assert [g.text for g in real.take_pending(VICTIM, 1)] in ([], ["check the data first"])
