@@ -15,8 +15,8 @@ Arms (one process each, the same run):
   forwards, parked rows as the prefix cache (what the stages run);
 * **batched_nocache**: the same without parked rows (every turn prefills its whole input).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_turns.py [--model data/models/base] [--episodes 10]
-        [--turns 6] [--arms lone batched batched_nocache] [--dtype bfloat16]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_turns.py [--model data/models/base] [--episodes 8]
+        [--turns 4] [--arms lone batched batched_nocache] [--dtype auto]
 """
 
 from __future__ import annotations
@@ -101,16 +101,16 @@ def run_arm(args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="data/models/base")
-    ap.add_argument("--episodes", type=int, default=10)
-    ap.add_argument("--turns", type=int, default=6)
-    ap.add_argument("--prompt", type=int, default=1200)
-    ap.add_argument("--obs", type=int, default=250)
-    ap.add_argument("--gen", type=int, default=96)
-    ap.add_argument("--window", type=int, default=800)
-    ap.add_argument("--window-turn", type=int, default=4)
+    ap.add_argument("--episodes", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--prompt", type=int, default=800)
+    ap.add_argument("--obs", type=int, default=200)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--window", type=int, default=500)
+    ap.add_argument("--window-turn", type=int, default=3)
     ap.add_argument("--tool-s", type=float, default=0.3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="auto")
     ap.add_argument("--arms", nargs="+", default=["lone", "batched", "batched_nocache"])
     ap.add_argument("--arm", default=None, help=argparse.SUPPRESS)  # one arm, in this process
     args = ap.parse_args(argv)

@@ -204,3 +204,26 @@ def test_parked_rows_serve_the_next_turn_and_branches(model_dir):
     assert branch.token_ids == lone.generate(prompts[1], seed=0, prefix=first.token_ids[:3]).token_ids
     eng.clear_prefix_cache()
     assert not b._parked and eng.generate(turn, seed=0).meta["cached_tokens"] == 0
+
+
+def test_dtype_auto_is_bf16_only_where_it_is_native(model_dir):
+    """``dtype: auto`` (rollout/evaluate) and ``bf16: auto`` (training) follow the CPU's bf16 support,
+    read from /proc/cpuinfo: emulated bf16 on an AVX2-only CPU is 5-35x slower than fp32."""
+    from pathlib import Path
+
+    from apollo.config import fast_bf16, resolve_dtype
+    import torch
+
+    from apollo.train.config import loop_config
+
+    flags = Path("/proc/cpuinfo").read_text().split()
+    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    assert fast_bf16("cpu") is native
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+    assert resolve_dtype("float32", "cpu") == "float32" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    eng = HFEngine(model_dir, dtype="auto", device="cpu")
+    assert next(eng.model.parameters()).dtype == (torch.bfloat16 if native else torch.float32)
+    from apollo.config import load_params
+
+    warm = load_params()["bootstrap"]["warmup"]["sft"]
+    assert warm["bf16"] == "auto" and loop_config(warm, 0).bf16 is native
