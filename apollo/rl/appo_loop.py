@@ -92,6 +92,7 @@ class AppoConfig:
     keep_checkpoints: int
     train: dict[str, Any]  # the loop fields of apollo.train.config.TrainConfig (all of them)
     server: dict[str, Any] = field(default_factory=dict)  # engine vllm_server: as rollout.server
+    learner: dict[str, Any] = field(default_factory=dict)  # where the update runs (apollo.rl.distributed); {}: torch
 
     @classmethod
     def from_params(cls, params: dict[str, Any], variant: str | None = None) -> AppoConfig:
@@ -111,7 +112,7 @@ class AppoConfig:
         unknown = sorted(set(p) - known)
         if unknown:
             raise ValueError(f"params.yaml: appo: unknown key(s) {unknown} (known: {sorted(known)})")
-        missing = sorted(f.name for f in fields(cls) if f.name not in p and f.name != "server")
+        missing = sorted(f.name for f in fields(cls) if f.name not in p and f.name not in ("server", "learner"))
         if missing:
             raise ValueError(f"params.yaml: appo: missing key(s) {missing} (there are no defaults in code)")
         cfg = cls(**p)

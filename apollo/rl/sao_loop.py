@@ -94,6 +94,7 @@ class LoopConfig:
     lag: dict[str, Any] = field(default_factory=lambda: {"dist": "none"})
     num_threads: int | None = None
     max_batch: int = 1  # workers' turns decoded together (PolicyServer; 1: one turn at a time)
+    learner: dict[str, Any] = field(default_factory=dict)  # where the policy update runs (apollo.rl.distributed); {}: torch
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
