@@ -396,7 +396,7 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
     from apollo.engines.hf import HFEngine
     from apollo.models.bootstrap import _save_atomic
     from apollo.rl.tree import HFPolicyScorer, atree_rollout
-    from apollo.rl.appo_objective import AppoObjective
+    from apollo.rl.distributed import deepspeed_learner
     from apollo.rl.rows import trajectory_rows
     from apollo.schema import atomic_write_text
     from apollo.train.config import loop_config
@@ -405,25 +405,39 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
 
     base_model, out, checkpoint_dir = Path(base_model), Path(out), Path(checkpoint_dir)
     tcfg = loop_config(cfg.train, seed, where="params.yaml: appo.train")
+    ds_opts = deepspeed_learner(cfg.learner, "params.yaml: appo.learner")
+    if ds_opts is not None and not _in_rank_group():
+        raise RuntimeError("params.yaml: appo.learner.backend is deepspeed: run the loop on its ranks with "
+                           "`python -m apollo.rl.distributed appo` (apollo.rl.rl_ranks), not in this process")
     ckpts = IterationCheckpoints(checkpoint_dir, fingerprint(cfg, base_model, seed, variant), cfg.keep_checkpoints)
     resume_dir = ckpts.latest()
     start_it, history = 0, []
     policy_dir = resume_dir / "policy" if resume_dir else base_model
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
-    opt_engine = TorchEngine(model, tcfg, total_steps=10**9)  # one optimizer for the whole run
+    objective = appo_objective(cfg)
+    opt_engine, learner = None, None
+    if ds_opts is not None:  # the update on the DeepSpeed ranks (apollo.rl.distributed), this is rank 0
+        from apollo.rl.distributed import DeepSpeedLearner
+
+        learner = DeepSpeedLearner(model, objective, tcfg, ds_opts)  # collective with the serving ranks
+    else:
+        opt_engine = TorchEngine(model, tcfg, total_steps=10**9)  # one optimizer for the whole run
+    ds_dir = checkpoint_dir / "deepspeed"
     if resume_dir is not None:
         trainer, state = IterationCheckpoints.load(resume_dir)
-        opt_engine.optimizer.load_state_dict(trainer["optimizer"])
-        opt_engine.schedule.load_state_dict(trainer["schedule"])
+        if learner is not None:
+            if "deepspeed" not in trainer:
+                raise RuntimeError(f"{resume_dir}: a torch-backend checkpoint; appo.learner changed (fingerprint?)")
+            learner.load(ds_dir, trainer["deepspeed"])
+        else:
+            opt_engine.optimizer.load_state_dict(trainer["optimizer"])
+            opt_engine.schedule.load_state_dict(trainer["schedule"])
         start_it, history = int(state["iteration"]), list(state["history"])
         log.info("appo: resuming after iteration %d from %s", start_it, resume_dir)
     ref = None
     if cfg.kl_coef > 0:
         ref = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).eval()
-    objective = AppoObjective(clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c,
-                              decay_rate=cfg.decay_rate, future_eps=cfg.future_eps, weight=cfg.weight,
-                              kl_coef=cfg.kl_coef)
     agent_cfg = AgentConfig(max_steps=cfg.max_steps, context_tokens=cfg.context_tokens,
                             command_timeout_s=cfg.command_timeout_s, max_output_chars=cfg.max_output_chars)
     served = None
@@ -484,10 +498,13 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
             metrics.update({"rows": len(rows), "trained_trajectories": len({r["trajectory_id"] for r in rows}),
                             "rollout_s": t_roll})
             t1 = time.perf_counter()
-            if rows:
+            if rows and learner is not None:  # every rank trains its share of each optimizer step
+                stats = learner.train(rows, replace(tcfg, seed=seed * 1000 + it), cfg.temperature)
+            elif rows:
                 with tempered(model, cfg.temperature):
                     stats = train(model, rows, replace(tcfg, seed=seed * 1000 + it), objective=objective,
                                   engine=opt_engine)
+            if rows:
                 hist = stats["history"]
                 metrics["update.steps"] = stats["steps"]
                 metrics["update.loss"] = float(stats["final_loss"])
@@ -503,8 +520,17 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
             model.eval()
             metrics["update_s"] = time.perf_counter() - t1
             state = {"iteration": it + 1, "history": history + [{"iteration": it + 1, **metrics}]}
-            d = ckpts.save(it + 1, model, tokenizer, {"optimizer": opt_engine.optimizer.state_dict(),
-                                                      "schedule": opt_engine.schedule.state_dict()}, state)
+            if learner is not None:  # every rank's DeepSpeed state first, then the iteration is complete
+                tag = f"iter-{it + 1:04d}"
+                learner.save(ds_dir, tag)
+                d = ckpts.save(it + 1, model, tokenizer, {"deepspeed": tag}, state)
+                kept = {p.name for p in checkpoint_dir.iterdir() if p.name.startswith("iter-")}
+                for old in ds_dir.iterdir():
+                    if old.is_dir() and old.name not in kept:
+                        shutil.rmtree(old, ignore_errors=True)
+            else:
+                d = ckpts.save(it + 1, model, tokenizer, {"optimizer": opt_engine.optimizer.state_dict(),
+                                                          "schedule": opt_engine.schedule.state_dict()}, state)
             # the new weights are the next iteration's policy
             if hasattr(engine, "update_weights"):
                 metrics["weight_update_s"] = engine.update_weights(d / "policy", it + 1)
@@ -524,6 +550,8 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
     finally:
         if served is not None:
             served.__exit__(None, None, None)
+        if learner is not None:
+            learner.stop()  # the serving ranks leave
     summary = _summary(history)
     if last >= cfg.iterations:
         _save_atomic(out, model, tokenizer)
@@ -532,6 +560,20 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
         if not keep_checkpoints_after:
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return summary
+
+
+def appo_objective(cfg: AppoConfig):
+    """The update's objective (the same on every rank of a DeepSpeed update)."""
+    from apollo.rl.appo_objective import AppoObjective
+
+    return AppoObjective(clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, decay_rate=cfg.decay_rate,
+                         future_eps=cfg.future_eps, weight=cfg.weight, kl_coef=cfg.kl_coef)
+
+
+def _in_rank_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _summary(history: list[dict[str, Any]]) -> dict[str, float]:

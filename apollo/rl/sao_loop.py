@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import shutil
 import threading
 import time
 import uuid
@@ -174,20 +175,36 @@ class Learner:
     """The trainer side: the policy (trained in place), the critic (SAO) and their optimizer engines."""
 
     def __init__(self, model: torch.nn.Module, cfg: LoopConfig):
+        from apollo.rl.distributed import deepspeed_learner
+
         self.cfg = cfg
         self.model = model
         self.step = 0  # updates done (warm-up included)
         self.version = 0  # policy versions published
-        self.engine = TorchEngine(model, _train_cfg(cfg.actor_lr, cfg), cfg.steps)
+        self.objective = policy_objective(cfg)
+        # sao.learner.backend deepspeed: the policy step on the DeepSpeed ranks (apollo.rl.distributed;
+        # this is rank 0, the critic stays here); torch: in this process
+        ds_opts = deepspeed_learner(cfg.learner, "params.yaml: sao.learner")
+        self.dist: Any = None
+        self.ds_dir: Path | None = None  # the ranks' DeepSpeed checkpoints (run_loop: out_dir/deepspeed)
+        self.engine: TorchEngine | None = None
+        if ds_opts is not None:
+            import torch.distributed as dist
+
+            from apollo.rl.distributed import DeepSpeedLearner
+
+            if not (dist.is_available() and dist.is_initialized()):
+                raise RuntimeError("params.yaml: sao.learner.backend is deepspeed: run the loop on its ranks with "
+                                   "`python -m apollo.rl.distributed sao` (apollo.rl.rl_ranks), not in this process")
+            self.dist = DeepSpeedLearner(model, self.objective, _train_cfg(cfg.actor_lr, cfg), ds_opts)
+        else:
+            self.engine = TorchEngine(model, _train_cfg(cfg.actor_lr, cfg), cfg.steps)
         if cfg.mode == "sao":
             self.critic: ValueModel | None = ValueModel(model)
             self.critic_engine: TorchEngine | None = TorchEngine(self.critic, _train_cfg(cfg.critic_lr, cfg),
                                                                  cfg.steps * cfg.critic_updates)
-            self.objective = PolicyGradientObjective("sao", {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high})
         else:
             self.critic = self.critic_engine = None
-            self.objective = PolicyGradientObjective(
-                "dual_clip_ppo", {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high, "clip_c": cfg.clip_c})
         self.pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
 
     @property
@@ -232,6 +249,15 @@ class Learner:
             with torch.no_grad(), tempered(self.model, cfg.temperature):
                 out = token_logprobs(self.model, b)
                 _, pst = self.objective(b, out)
+        elif self.dist is not None:  # one optimizer step on the ranks, each its chunks of the batch
+            rows = []
+            for i, r in enumerate(rollouts):
+                n = len(r.input_ids)
+                rows.append({"input_ids": b["input_ids"][i, :n].tolist(), "labels": b["labels"][i, :n].tolist(),
+                             "advantages": adv[i, :n].tolist(), "rollout_logprobs": b["rollout_logprobs"][i, :n].tolist()})
+            st = self.dist.step(rows, cfg.temperature)
+            pst = {k.removeprefix("loss."): v for k, v in st.items() if k.startswith("loss.")}
+            stats.update(actor_updated=1.0, grad_norm=st["grad_norm"], policy_loss=st["policy_loss"])
         else:
             self.model.train()
             with tempered(self.model, cfg.temperature):  # the distribution the workers sample from
@@ -250,6 +276,11 @@ class Learner:
         return stats
 
     def state_dict(self) -> dict[str, Any]:
+        if self.engine is None:  # DeepSpeed: the optimizer lives in the ranks' checkpoint (save_dist)
+            return {"step": self.step, "version": self.version, "model": self.model.state_dict(),
+                    "deepspeed": f"step-{self.step:06d}",
+                    "critic": self.critic.state_dict() if self.critic is not None else None,
+                    "critic_optimizer": self.critic_engine.optimizer.state_dict() if self.critic_engine else None}
         return {"step": self.step, "version": self.version, "model": self.model.state_dict(),
                 "optimizer": self.engine.optimizer.state_dict(), "schedule": self.engine.schedule.state_dict(),
                 "critic": self.critic.state_dict() if self.critic is not None else None,
@@ -258,11 +289,24 @@ class Learner:
     def load_state_dict(self, st: Mapping[str, Any]) -> None:
         self.step, self.version = int(st["step"]), int(st["version"])
         self.model.load_state_dict(st["model"])
-        self.engine.optimizer.load_state_dict(st["optimizer"])
-        self.engine.schedule.load_state_dict(st["schedule"])
+        if self.dist is not None:
+            if "deepspeed" not in st:
+                raise RuntimeError("a torch-backend learner state; sao.learner changed since it was written")
+            self.dist.load(self.ds_dir, st["deepspeed"])
+        else:
+            self.engine.optimizer.load_state_dict(st["optimizer"])
+            self.engine.schedule.load_state_dict(st["schedule"])
         if self.critic is not None and st.get("critic") is not None:
             self.critic.load_state_dict(st["critic"])
             self.critic_engine.optimizer.load_state_dict(st["critic_optimizer"])
+
+
+def policy_objective(cfg: LoopConfig) -> PolicyGradientObjective:
+    """The policy loss of ``cfg.mode`` (the same on every rank of a DeepSpeed update)."""
+    if cfg.mode == "sao":
+        return PolicyGradientObjective("sao", {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high})
+    return PolicyGradientObjective("dual_clip_ppo", {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high,
+                                                     "clip_c": cfg.clip_c})
 
 
 def episode_grpo_advantages(rollouts: Sequence[Rollout]) -> torch.Tensor:
@@ -455,6 +499,9 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
         episode = countdown_episode
     out = Path(out_dir) if out_dir is not None else None
     learner = Learner(model, cfg)
+    if learner.dist is not None and out is None:
+        raise ValueError("sao.learner.backend deepspeed needs an out_dir (the ranks' checkpoints)")
+    learner.ds_dir = out / "deepspeed" if out is not None else None
     state_path = out / "state.pt" if out is not None else None
     if state_path is not None and state_path.exists():
         learner.load_state_dict(torch.load(state_path, weights_only=False))
@@ -549,6 +596,8 @@ def run_loop(model: torch.nn.Module, tokenizer: Any, tasks: Sequence[Any], cfg: 
             pool.shutdown(wait=True)
         if state_path is not None:
             _save(state_path, learner)
+        if learner.dist is not None:
+            learner.dist.stop()  # the serving ranks leave
     seconds = time.perf_counter() - t0
     return {"mode": cfg.mode, "steps": learner.step, "policy_version": learner.version, "history": history,
             "trained_samples": trained, "seconds": seconds, "samples_per_s": trained / max(seconds, 1e-9),
@@ -563,6 +612,13 @@ def _mean_entropy(rollouts: Sequence[Rollout]) -> float:
 
 def _save(path: Path, learner: Learner) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    state = learner.state_dict()
+    if learner.dist is not None:  # every rank's DeepSpeed state first; state.pt then names it
+        learner.dist.save(learner.ds_dir, state["deepspeed"])
     tmp = path.with_suffix(".tmp")
-    torch.save(learner.state_dict(), tmp)
+    torch.save(state, tmp)
     tmp.replace(path)
+    if learner.dist is not None:
+        for old in learner.ds_dir.iterdir():
+            if old.is_dir() and old.name != state["deepspeed"]:
+                shutil.rmtree(old, ignore_errors=True)
