@@ -408,7 +408,7 @@ def run_appo(cfg: AppoConfig, *, base_model: Path, out: Path, checkpoint_dir: Pa
     ds_opts = deepspeed_learner(cfg.learner, "params.yaml: appo.learner")
     if ds_opts is not None and not _in_rank_group():
         raise RuntimeError("params.yaml: appo.learner.backend is deepspeed: run the loop on its ranks with "
-                           "`python -m apollo.rl.distributed appo` (apollo.rl.rl_ranks), not in this process")
+                           "`python -m apollo.rl.rl_ranks appo`, not in this process")
     ckpts = IterationCheckpoints(checkpoint_dir, fingerprint(cfg, base_model, seed, variant), cfg.keep_checkpoints)
     resume_dir = ckpts.latest()
     start_it, history = 0, []

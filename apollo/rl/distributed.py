@@ -31,8 +31,9 @@ Programs (every rank runs the same command; the launcher is DeepSpeed's or torch
         --rows rows.jsonl --updates 5 --config spec.json --out out/ --checkpoint-dir ckpt/
 
 ``replay`` runs ``--updates`` updates from a fixed rows file (deterministic: the rank-count and
-kill/resume tests, benchmarks); ``appo`` and ``sao`` run :func:`apollo.rl.appo_loop.run_appo` and
-:func:`apollo.rl.sao_loop.run_loop` with the rollouts on rank 0 (``infra/gpu/smoke.sh``).
+kill/resume tests, benchmarks). ``python -m apollo.rl.rl_ranks appo|sao`` runs
+:func:`apollo.rl.appo_loop.run_appo` and :func:`apollo.rl.sao_loop.run_loop` with the rollouts on
+rank 0 (:mod:`apollo.rl.rl_ranks`, ``infra/gpu/smoke.sh``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -72,12 +72,12 @@ class LearnerOptions:
     DeepSpeed JSON/YAML deep-merged over the generated config (``""``: none); ``micro_batches``: the
     chunks an SAO/GRPO batch is split into (a multiple of ``world_size``; it decides the numerics)."""
 
-    backend: str
-    world_size: int
-    zero_stage: int
-    launcher: str
-    ds_config: str
-    micro_batches: int
+    backend: str  # torch (in this process) | deepspeed (the one trainer's DeepSpeed engine on ranks)
+    world_size: int  # ranks of the update (one node; GPUs, or CPU gloo ranks)
+    zero_stage: int  # 0-2 (ZeRO-3 partitions the weights rank 0 samples from)
+    launcher: str  # deepspeed | torchrun
+    ds_config: str  # JSON/YAML deep-merged over the generated DeepSpeed config ("": none)
+    micro_batches: int  # SAO/GRPO: chunks of an update's rows (a multiple of world_size; decides the numerics)
 
     def check(self, where: str) -> LearnerOptions:
         if self.backend not in BACKENDS:
@@ -352,16 +352,16 @@ class DeepSpeedLearner:
 
 
 def launch_command(opts: LearnerOptions, args: Sequence[str], *, python: str = sys.executable,
-                   master_port: int | None = None) -> list[str]:
-    """The command that runs ``python -m apollo.rl.distributed ARGS`` on ``opts.world_size`` ranks of this node."""
+                   master_port: int | None = None, module: str = MODULE) -> list[str]:
+    """The command that runs ``python -m MODULE ARGS`` (default this module) on ``opts.world_size`` ranks of this node."""
     from apollo.train.launch import free_port
 
     port = str(master_port or free_port())
     if opts.launcher == "torchrun":
         return [python, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(opts.world_size),
-                "--master_addr", "127.0.0.1", "--master_port", port, "-m", MODULE, *args]
+                "--master_addr", "127.0.0.1", "--master_port", port, "-m", module, *args]
     return [python, "-m", "deepspeed.launcher.runner", "--master_port", port, "--num_gpus", str(opts.world_size),
-            "--module", MODULE, *args]
+            "--module", module, *args]
 
 
 # --------------------------------------------------------------------------------- objectives
@@ -465,9 +465,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "temperature, seed}")
     r.add_argument("--out", required=True)
     r.add_argument("--checkpoint-dir", required=True)
-    for name in ("appo", "sao"):
-        p = sub.add_parser(name, help=f"the {name} loop, rollouts on rank 0")
-        p.add_argument("--config", required=True, help="JSON: the run's arguments (see apollo.rl.rl_ranks)")
     ap.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # launcher
     return ap
 
@@ -481,12 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     rest = [a for a in rest if not a.startswith("--local_rank")]
     if rest:
         build_parser().error(f"unknown arguments {rest}")
-    if args.program == "replay":
-        replay(args)
-    else:
-        from apollo.rl.rl_ranks import run_rank
-
-        run_rank(args.program, json.loads(Path(args.config).read_text()))
+    replay(args)
     return 0
 
 

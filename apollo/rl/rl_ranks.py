@@ -2,7 +2,7 @@
 staleness queue, checkpoints, the saved policy), every other rank serves the updates
 (:meth:`apollo.rl.distributed.DeepSpeedLearner.serve`).
 
-Run by ``python -m apollo.rl.distributed appo|sao --config run.json`` on every rank (the DeepSpeed
+Run by ``python -m apollo.rl.rl_ranks appo|sao --config run.json`` on every rank (the DeepSpeed
 launcher or torchrun starts them; :func:`launch`). ``run.json``:
 
 - ``appo``: ``{"params": {...}, "variant", "seed", "base_model", "out", "checkpoint_dir",
@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
+MODULE = "apollo.rl.rl_ranks"
 
 
 def run_rank(program: str, spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -112,8 +113,8 @@ def launch(program: str, spec: dict[str, Any], world_size: int, launcher: str, w
     path = work / f"{program}.run.json"
     path.write_text(json.dumps(spec, default=str))
     args = [program, "--config", str(path)]
-    cmd = ([sys.executable, "-m", "apollo.rl.distributed", *args] if world_size == 1 else
-           launch_command(LearnerOptions("deepspeed", world_size, 2, launcher, "", world_size), args))
+    cmd = ([sys.executable, "-m", MODULE, *args] if world_size == 1 else
+           launch_command(LearnerOptions("deepspeed", world_size, 2, launcher, "", world_size), args, module=MODULE))
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{program} on {world_size} ranks failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
@@ -121,3 +122,25 @@ def launch(program: str, spec: dict[str, Any], world_size: int, launcher: str, w
     if not lines:
         raise RuntimeError(f"{program}: no RESULT line:\n{proc.stdout[-4000:]}")
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import os
+
+    logging.basicConfig(level=os.environ.get("APOLLO_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("DeepSpeed", "deepspeed", "mlflow", "alembic", "urllib3", "httpx", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("program", choices=("appo", "sao"))
+    ap.add_argument("--config", required=True, help="JSON: the run's arguments (module docstring)")
+    ap.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # launcher
+    args = ap.parse_args(argv)
+    run_rank(args.program, json.loads(Path(args.config).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

