@@ -345,9 +345,12 @@ def row_logprobs(model: torch.nn.Module, rows: list[dict[str, Any]], key: str) -
     from apollo.train.batching import collate
     from apollo.train.objectives import token_logprobs
 
+    dev = next(model.parameters()).device  # a DeepSpeed rank's module may sit on its GPU
     with torch.no_grad():
         for r in rows:
-            r[key] = token_logprobs(model, collate([[(r["input_ids"], r["labels"])]])).logp[0].tolist()
+            b = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
+                 for k, v in collate([[(r["input_ids"], r["labels"])]]).items()}
+            r[key] = token_logprobs(model, b).logp[0].tolist()
 
 
 def rollout_stats(trajs: list[Trajectory], engine_stats: dict[str, int]) -> dict[str, float]:

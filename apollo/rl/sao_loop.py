@@ -200,7 +200,7 @@ class Learner:
         else:
             self.engine = TorchEngine(model, _train_cfg(cfg.actor_lr, cfg), cfg.steps)
         if cfg.mode == "sao":
-            self.critic: ValueModel | None = ValueModel(model)
+            self.critic: ValueModel | None = ValueModel(model).to(next(model.parameters()).device)
             self.critic_engine: TorchEngine | None = TorchEngine(self.critic, _train_cfg(cfg.critic_lr, cfg),
                                                                  cfg.steps * cfg.critic_updates)
         else:
@@ -227,7 +227,9 @@ class Learner:
             rew[torch.arange(len(rollouts)), last] = rewards_seq
             vl = []
             for k in range(cfg.critic_updates):
-                v = self.critic(b["input_ids"], b["attention_mask"], b["position_ids"])
+                dev = next(self.critic.parameters()).device  # the policy's (a DeepSpeed rank's GPU) or CPU
+                v = self.critic(b["input_ids"].to(dev), None if b["attention_mask"] is None else
+                                b["attention_mask"].to(dev), b["position_ids"].to(dev)).cpu()
                 if k == 0:  # the first pass's values (before any critic step) give returns and advantages
                     v_old = v.detach()
                     _, returns = skip_observation_gae(rew, v_old, am, gamma=cfg.gamma, lam=1.0)
@@ -246,9 +248,11 @@ class Learner:
         stats["adv_mean"] = float(adv[am].mean()) if bool(am.any()) else 0.0
         if self.actor_frozen:
             stats.update(actor_updated=0.0, grad_norm=0.0, policy_loss=0.0)
+            dev = next(self.model.parameters()).device
+            bd = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in b.items()}
             with torch.no_grad(), tempered(self.model, cfg.temperature):
-                out = token_logprobs(self.model, b)
-                _, pst = self.objective(b, out)
+                out = token_logprobs(self.model, bd)
+                _, pst = self.objective(bd, out)
         elif self.dist is not None:  # one optimizer step on the ranks, each its chunks of the batch
             rows = []
             for i, r in enumerate(rollouts):

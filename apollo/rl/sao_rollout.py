@@ -55,7 +55,8 @@ class PolicyServer:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, temperature: float = 1.0,
                  max_new_tokens: int = 32, max_batch: int = 1, max_len: int | None = None):
-        self.model = copy.deepcopy(model).eval()
+        # the workers sample on CPU, as always; the learner's module may sit on a GPU (a DeepSpeed rank)
+        self.model = copy.deepcopy(model).to("cpu").eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer = tokenizer
