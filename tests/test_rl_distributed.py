@@ -209,3 +209,29 @@ def _report():  # noqa: PT004 - the measured differences for the record (pytest 
     yield
     for k, v in REPORT.items():
         print(f"\n[rl_distributed] max |Δ| {k}: {v:.3g}")
+
+
+@pytest.mark.slow
+def test_sao_loop_on_two_ranks_resumes_from_its_checkpoint(work, tmp_path):
+    """run_loop with sao.learner.backend deepspeed (rollouts on rank 0): 2 updates, then the same run
+    asked for 3 continues from state.pt and the ranks' DeepSpeed checkpoint with one more update."""
+    from apollo.rl.rl_ranks import launch
+
+    loop = {k: v for k, v in PARAMS["sao"].items() if k not in ("stability", "agent", "variants")}
+    loop.update(steps=2, batch_size=2, workers=2, critic_warmup_steps=0, max_new_tokens=6, max_turns=2,
+                max_batch=1, n_tasks=8, actor_lr=1e-3,
+                learner={**PARAMS["sao"]["learner"], "backend": "deepspeed", "world_size": 2, "micro_batches": 2})
+    spec = {"loop": loop, "base_model": str(work / "base"), "out": str(tmp_path / "policy"),
+            "out_dir": str(tmp_path / "run")}
+    first = launch("sao", spec, 2, "deepspeed", tmp_path, timeout=900)
+    assert first["steps"] == 2 and first["policy_version"] == 2
+    tags = sorted(p.name for p in (tmp_path / "run" / "deepspeed").iterdir() if p.is_dir())
+    assert tags == ["step-000002"]  # the ranks' optimizer state beside state.pt (older tags pruned)
+    second = launch("sao", {**spec, "loop": {**loop, "steps": 3}}, 2, "deepspeed", tmp_path, timeout=900)
+    assert second["steps"] == 3 and second["policy_version"] == 3
+    assert sorted(p.name for p in (tmp_path / "run" / "deepspeed").iterdir() if p.is_dir()) == ["step-000003"]
+    with pytest.raises(RuntimeError, match="rl_ranks sao"):  # the deepspeed learner outside a rank group
+        from apollo.rl.sao_loop import Learner, loop_config
+        from transformers import AutoModelForCausalLM
+
+        Learner(AutoModelForCausalLM.from_pretrained(work / "base"), loop_config(loop))
