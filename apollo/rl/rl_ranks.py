@@ -126,12 +126,10 @@ def launch(program: str, spec: dict[str, Any], world_size: int, launcher: str, w
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import os
 
-    logging.basicConfig(level=os.environ.get("APOLLO_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("DeepSpeed", "deepspeed", "mlflow", "alembic", "urllib3", "httpx", "filelock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from apollo.rl.distributed import setup_rank_logging
+
+    setup_rank_logging()
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("program", choices=("appo", "sao"))
