@@ -23,6 +23,33 @@ class ParamsError(ValueError):
     pass
 
 
+def fast_bf16(device: str | None = None) -> bool:
+    """Whether bfloat16 arithmetic is native on ``device`` (``cuda``/``cpu``; default: CUDA when there is
+    one): a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX-BF16 instructions.
+
+    Elsewhere PyTorch emulates bf16, and it is much slower than fp32. Measured on a 2-core AMD EPYC with
+    AVX2 only (2026-12-03): a 512-token SmolLM2-135M prefill 12 s in bf16 against 2.3 s in fp32, and a
+    warm-up SFT step under bf16 autocast 354 s (about 10 s on the avx512_bf16 cores where bf16 was made
+    the default). ``dtype: auto`` / ``bf16: auto`` in ``params.yaml`` use this."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:  # not Linux: trust PyTorch's own dispatch level
+        return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(name: str, device: str | None = None) -> str:
+    """A weights' dtype name from ``params.yaml``: ``auto`` → ``bfloat16`` where bf16 is native
+    (:func:`fast_bf16`), else ``float32``; any other name is returned as is."""
+    return ("bfloat16" if fast_bf16(device) else "float32") if name == "auto" else name
+
+
 def load_params(path: str | Path | None = None) -> dict[str, Any]:
     path = Path(path) if path else project_root() / "params.yaml"
     try:

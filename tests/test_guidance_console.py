@@ -72,8 +72,9 @@ def seed(store: GuidanceStore, db: Path) -> None:
     store.post_step("r-plan", 1, "eval", {}, "overall_score=0.0 (eval 2 of 3)", detail=OK)
     store.register("r-stalled", "task-c")
     store.post_step("r-stalled", 0, "think", {"thought": "hm"}, "Thought recorded.", detail=OK)
-    store.register("r-lost", "task-d", owner="a-worker-that-died")  # registered through the service
-    store.post_step("r-lost", 0, "think", {"thought": "hm"}, "Thought recorded.", detail=OK)
+    lost = store.register("r-lost", "task-d", owner="a-worker-that-died")  # registered through the service
+    store.post_step("r-lost", 0, "think", {"thought": "hm"}, "Thought recorded.", detail=OK,
+                    owner="a-worker-that-died", secret=lost["secret"])
     store.post_guidance("r-lost", "are you there?", delay_s=3600)
     old = time.time() - 600
     con = sqlite3.connect(db)

@@ -35,7 +35,7 @@ from apollo.guidance.auth import (
 from apollo.guidance.client import GuidanceClient
 from apollo.guidance.harness import free_port
 from apollo.guidance.server import check_transport, serve_in_thread
-from apollo.guidance.store import GuidanceStore
+from apollo.guidance.store import GuidanceStore, StoreError
 from apollo.schema import Action, Guidance, Observation, Step, Trajectory
 
 TOK = {"annotator": "annot-hard-5c1d0e7f", "viewer": "viewer-hard-0b3a9c11", "agent": "agent-hard-77e2d4a0"}
@@ -124,8 +124,9 @@ def test_agent_tokens_are_bound_to_their_trajectories(svc):
     assert httpx.post(url + "/api/trajectories/mine/end", json={}, headers=other).status_code == 403
     r = httpx.post(url + "/api/agent/sync", headers=other, json={
         "ops": [{"op": "step", "trajectory_id": "mine", "step_index": 0, "tool": "think", "observation": "x"},
-                {"op": "end", "trajectory_id": "mine"}], "poll": ["mine"]}).json()
+                {"op": "end", "trajectory_id": "mine"}], "poll": {"mine": "rs_guessed"}}).json()
     assert [x["error"] for x in r["results"]] == ["forbidden", "forbidden"] and r["pending"] == {}
+    assert r["refused"] == ["mine"]
     assert httpx.post(url + "/api/trajectories", headers=other,
                       json={"trajectory_id": "mine", "task_id": "task"}).status_code == 403
     assert store.trajectory("mine")["status"] == "running" and store.steps("mine") == []
@@ -232,9 +233,14 @@ def test_lone_surrogates_nan_and_bad_utf8_are_400(svc, path, raw, role):
 def test_one_malformed_registration_does_not_break_the_list(svc):
     url, store, tmp = svc
     store.register("fine", "task", meta={"max_steps": 10})
-    store.register("odd", "task", meta={"max_steps": {"nested": True}, "domain": ["x"]})
+    with pytest.raises(StoreError, match=r"meta\.domain: Input should be a valid string"):  # refused at the door
+        store.register("odd", "task", meta={"max_steps": {"nested": True}, "domain": ["x"]})
+    store.register("odd", "task")
+    store.register("nested", "task")
     con = sqlite3.connect(tmp / "g.sqlite")  # rows an older or broken writer left behind
     con.execute("UPDATE trajectories SET meta='[1, 2]' WHERE trajectory_id='odd'")
+    con.execute("""UPDATE trajectories SET meta='{"max_steps": {"nested": true}, "domain": ["x"]}'
+                   WHERE trajectory_id='nested'""")
     con.execute("INSERT INTO trajectories (trajectory_id, task_id, status, started_at, updated_at, meta) "
                 "VALUES ('broken', 'task', 'running', 0, 0, '{not json')")
     con.commit()
@@ -243,7 +249,7 @@ def test_one_malformed_registration_does_not_break_the_list(svc):
         r = httpx.get(url + path, headers=H("viewer"))
         assert r.status_code == 200
         rows = r.json()["rows"] if "triage" in path else r.json()
-        assert {x["trajectory_id"] for x in rows} == {"fine", "odd", "broken"}
+        assert {x["trajectory_id"] for x in rows} == {"fine", "odd", "nested", "broken"}
 
 
 def test_undelivered_guidance_of_an_ended_rollout_expires(svc):

@@ -13,7 +13,9 @@ import threading
 import time
 from collections import Counter, defaultdict
 
-from apollo.guidance.client import AnnotatorClient, GuidanceClient
+import pytest
+
+from apollo.guidance.client import AnnotatorClient, GuidanceClient, ServiceError
 from apollo.guidance.harness import ServiceProcess
 from apollo.guidance.simagent import run_agent
 from apollo.guidance.store import GuidanceStore
@@ -122,8 +124,9 @@ def test_killed_agent_resumes_with_its_pending_guidance(tmp_path):
     svc = ServiceProcess(tmp_path / "g.sqlite", tmp_path / "service.log", tokens=TOK).start()
     env = {**os.environ, "APOLLO_AGENT_TOKEN": TOK["agent"], "PYTHONUNBUFFERED": "1"}
     tid = "resumable"
+    ckpt = tmp_path / "worker-checkpoint.json"  # where the worker keeps the rollout's secret
     cmd = [sys.executable, "-m", "apollo.guidance.simagent", "--url", svc.url, "--trajectory", tid,
-           "--step-s", "0.4"]
+           "--step-s", "0.4", "--state", str(ckpt)]
     procs: list[subprocess.Popen] = []
     try:
         ann = AnnotatorClient(svc.url, TOK["annotator"])
@@ -147,6 +150,13 @@ def test_killed_agent_resumes_with_its_pending_guidance(tmp_path):
         for gid in ids[3:]:  # posted while no agent runs
             ann.send_guidance(tid, f"text of {gid}", guidance_id=gid)
         steps_before = next(t for t in ann.trajectories() if t["trajectory_id"] == tid)["step_count"]
+        assert ckpt.stat().st_mode & 0o777 == 0o600
+        # the agent token alone cannot take the rollout over: resuming needs the secret of the checkpoint
+        thief = GuidanceClient(svc.url, TOK["agent"])
+        with pytest.raises(ServiceError) as e:
+            thief.resume(tid, "sim-task", timeout_s=5)
+        assert e.value.status == 403 and "secret" in str(e.value)
+        thief.close()
         b = subprocess.Popen([*cmd, "--resume", "--steps", str(steps_before + 4), "--log", str(tmp_path / "b.jsonl")],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(b)

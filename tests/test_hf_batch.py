@@ -68,88 +68,107 @@ def test_batched_decode_uses_and_fills_the_prefix_cache(model_dir):
         assert g.token_ids == lone.generate(t, seed=0).token_ids
 
 
-def test_a_failing_request_fails_alone(model_dir):
-    eng = HFEngine(model_dir, temperature=0.0, max_new_tokens=8, max_batch=4)
-    ok = _prompts(2)
-    bad = [{"role": "user", "content": "x"}]
-    results, errors = {}, {}
+def test_a_request_over_the_positions_fails_alone(model_dir):
+    """A request that cannot fit the rows' positions is refused before it joins a forward; the
+    requests running beside it finish as if it had not come."""
+    import torch
 
-    def one(name, msgs):
+    from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest
+
+    eng = HFEngine(model_dir, temperature=0.0, max_new_tokens=8)
+    b = DecodeBatcher(eng.model, max_batch=4, eos_ids=eng.eos_ids, sample=eng._sample, max_len=256)
+    ok = [eng.prompt_ids(p) for p in _prompts(2)]
+    reqs = {"a": DecodeRequest(ok[0], 8, torch.Generator()), "bad": DecodeRequest([5] * 250, 8, torch.Generator()),
+            "b": DecodeRequest(ok[1], 8, torch.Generator())}
+    errors = {}
+
+    def one(name):
         try:
-            results[name] = eng.generate(msgs, seed=0)
-        except Exception as e:  # noqa: BLE001
+            b.submit(reqs[name])
+        except ValueError as e:
             errors[name] = e
 
-    real = eng.batcher._prefill
-
-    def prefill(ids):
-        if len(ids) == len(eng.prompt_ids(bad)):
-            raise RuntimeError("boom")
-        return real(ids)
-
-    eng.batcher._prefill = prefill  # fault injection: this one request's prefill raises
-    threads = [threading.Thread(target=one, args=(n, m)) for n, m in [("a", ok[0]), ("bad", bad), ("b", ok[1])]]
+    threads = [threading.Thread(target=one, args=(n,)) for n in reqs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert set(results) == {"a", "b"} and isinstance(errors["bad"], RuntimeError)
+    assert set(errors) == {"bad"} and "256 positions" in str(errors["bad"])
+    for i, name in enumerate("ab"):
+        assert reqs[name].new == eng.generate(_prompts(2)[i], seed=0).token_ids
+    assert b.slots.has_free() and len(b.slots._free) == 4  # every row back
+
+
+def _ids(g, n):
+    import torch
+
+    return torch.randint(3, 200, (1, n), generator=g)
 
 
 def test_slot_forward_matches_the_models_own_forward(model_dir):
-    """SlotKV's batched one-token forward gives the logits of the model's forward over each whole
-    sequence: rows of different lengths, a free row between them, capacity growing past 256."""
+    """SlotKV's forward gives the logits of the model's forward over each whole sequence: prefill in
+    one segment and in chunks, decode rows of different lengths with a free row between them, a
+    prefill chunk in the same forward as decode rows, capacity growing past 256."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from apollo.engines.hf_batch import SlotKV, kv_of
+    from apollo.engines.hf_batch import SlotKV
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     g = torch.Generator().manual_seed(0)
-    seqs = {0: torch.randint(3, 200, (1, 40), generator=g), 2: torch.randint(3, 200, (1, 250), generator=g)}
-    kv = SlotKV(model, 3, "cpu", max_len=1024)
+    seqs = {0: _ids(g, 40), 2: _ids(g, 250)}
+    kv = SlotKV(model, 4, "cpu", max_len=1024)
     with torch.no_grad():
-        got_slots = [kv.load(kv_of(model(ids[:, :-1], use_cache=True).past_key_values), ids.shape[1] - 1)
-                     for ids in (seqs[0], torch.zeros(1, 5, dtype=torch.long), seqs[2])]
-        assert got_slots == [0, 1, 2]  # the lowest free slot each time
-        kv.free(1)  # row 1 stays free: the forward spans it and discards it
-        assert kv._free == [1]
+        assert [kv.take() for _ in range(3)] == [0, 1, 2]  # the lowest free row each time
+        kv.free(1)  # row 1 stays free: decode forwards span it and discard it
+        # row 0 in one segment, row 2 in two chunks (the second in the same forward as row 0)
+        kv.forward([(2, 0, seqs[2][0, :100].tolist())])
+        got = kv.forward([(0, 0, seqs[0][0].tolist()), (2, 100, seqs[2][0, 100:].tolist())])
+        for i, s in enumerate((0, 2)):
+            ref = model(seqs[s]).logits[0, -1]
+            assert torch.allclose(got[i], ref, atol=1e-4), (s, (got[i] - ref).abs().max())
+            seqs[s] = torch.cat([seqs[s], ref.argmax().view(1, 1)], dim=1)
         slots = [0, 2]
+        late = _ids(g, 30)  # row 3: prefilled in the middle of the decoding
         for extra in range(12):  # decode 12 tokens: row 2 crosses the first capacity (256)
-            toks = [int(seqs[s][0, -1]) for s in slots]
-            pos = [seqs[s].shape[1] - 1 for s in slots]
-            got = kv.step(slots, toks, pos)
+            segs = [(s, seqs[s].shape[1] - 1, [int(seqs[s][0, -1])]) for s in slots]
+            if extra == 5:
+                segs.append((3, 0, late[0].tolist()))
+            got = kv.forward(segs)
             for i, s in enumerate(slots):
                 ref = model(seqs[s]).logits[0, -1]
                 assert torch.allclose(got[i], ref, atol=1e-4), (extra, s, (got[i] - ref).abs().max())
-                nxt = int(torch.argmax(ref))
-                seqs[s] = torch.cat([seqs[s], torch.tensor([[nxt]])], dim=1)
-    assert kv.capacity >= 262
-    exported = kv.export(2, seqs[2].shape[1] - 1)
-    with torch.no_grad():
-        ref_kv = kv_of(model(seqs[2][:, :-1], use_cache=True).past_key_values)
-    assert torch.allclose(exported[0][0], ref_kv[0][0], atol=1e-5)
+                seqs[s] = torch.cat([seqs[s], ref.argmax().view(1, 1)], dim=1)
+            if extra == 5:
+                assert torch.allclose(got[2], model(late).logits[0, -1], atol=1e-4)
+        assert kv.capacity >= 262
+        # the keys written for row 2 are the model's own
+        ref_kv = model(seqs[2][:, :-1], use_cache=True).past_key_values.layers[0].keys
+        n = seqs[2].shape[1] - 1
+        assert torch.allclose(kv.keys[0][2, :, :n], ref_kv[0], atol=1e-5)
+        kv.copy(2, 1, n)  # a copied row continues like the original
+        got = kv.forward([(1, n, [int(seqs[2][0, -1])])])
+        assert torch.allclose(got[0], model(seqs[2]).logits[0, -1], atol=1e-4)
 
 
 def test_slot_forward_with_bf16_weights_keeps_fp32_buffers(model_dir):
     """bf16 weights (``evaluate.dtype: bfloat16``): on CPU the key/value buffers and the attention stay
-    fp32, the logits follow the model's own bf16 forward within bf16 rounding, and an exported cache
-    comes back in the weights' dtype (the prefix cache feeds it to the bf16 model)."""
+    fp32, and the logits follow the model's own bf16 forward within bf16 rounding."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from apollo.engines.hf_batch import SlotKV, kv_of
+    from apollo.engines.hf_batch import SlotKV
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
     g = torch.Generator().manual_seed(1)
-    seqs = {0: torch.randint(3, 200, (1, 30), generator=g), 1: torch.randint(3, 200, (1, 90), generator=g)}
+    seqs = {0: _ids(g, 30), 1: _ids(g, 90)}
     kv = SlotKV(model, 2, "cpu", max_len=512)
     with torch.no_grad():
-        for s in (0, 1):
-            assert kv.load(kv_of(model(seqs[s][:, :-1], use_cache=True).past_key_values), seqs[s].shape[1] - 1) == s
-        assert kv.keys[0].dtype == torch.float32 and kv.kv_dtype == torch.float32
+        assert [kv.take(), kv.take()] == [0, 1]
+        got = kv.forward([(s, 0, seqs[s][0, :-1].tolist()) for s in (0, 1)])
+        assert kv.keys[0].dtype == torch.float32 and kv.kv_dtype == torch.float32 and got.dtype == torch.float32
         for _ in range(6):
-            got = kv.step([0, 1], [int(seqs[s][0, -1]) for s in (0, 1)], [seqs[s].shape[1] - 1 for s in (0, 1)])
+            got = kv.forward([(s, seqs[s].shape[1] - 1, [int(seqs[s][0, -1])]) for s in (0, 1)])
             assert got.dtype == torch.float32
             for s in (0, 1):
                 ref = model(seqs[s]).logits[0, -1].float()
@@ -158,5 +177,53 @@ def test_slot_forward_with_bf16_weights_keeps_fp32_buffers(model_dir):
                 assert int(torch.argmax(got[s])) == int(torch.argmax(ref)) or \
                     (ref.max() - ref[int(torch.argmax(got[s]))]) < 0.05 * ref.abs().max()
                 seqs[s] = torch.cat([seqs[s], torch.argmax(ref).view(1, 1)], dim=1)
-    exported = kv.export(1, seqs[1].shape[1] - 1)
-    assert exported[0][0].dtype == torch.bfloat16 and exported[0][0].shape[-2] == seqs[1].shape[1] - 1
+
+
+def test_parked_rows_serve_the_next_turn_and_branches(model_dir):
+    """With the prefix cache on, a finished request's row is parked: the next turn of its conversation
+    takes the row and prefills only what is new; a request sharing a shorter prefix (a branch) gets a
+    copy and leaves the parked row in place; after ``clear_prefix_cache`` nothing is reused. The
+    tokens equal a lone engine's every time."""
+    prompts = _prompts(2)
+    eng = HFEngine(model_dir, temperature=0.0, max_new_tokens=12, max_batch=2, prefix_cache_tokens=50_000)
+    lone = HFEngine(model_dir, temperature=0.0, max_new_tokens=12, model=eng.model, tokenizer=eng.tokenizer)
+    b = eng.batcher
+    first = eng.generate(prompts[1], seed=0)
+    assert first.meta["cached_tokens"] == 0 and len(b._parked) == 1
+    row = next(iter(b._parked))
+    turn = prompts[1] + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "go on"}]
+    second = eng.generate(turn, seed=0)
+    n_prompt = len(eng.prompt_ids(prompts[1]))
+    assert second.meta["cached_tokens"] >= n_prompt and list(b._parked) == [row]  # the same row, extended
+    assert second.token_ids == lone.generate(turn, seed=0).token_ids
+    # a branch: the prompt plus the first 3 tokens of the first answer, continued
+    prefilled, copied = b.prefilled, b.copied
+    branch = eng.generate(prompts[1], seed=0, prefix=first.token_ids[:3])
+    assert branch.meta["cached_tokens"] == n_prompt + 2 and b.copied - copied == n_prompt + 2
+    assert b.prefilled - prefilled == 1 and row in b._parked and len(b._parked) == 2
+    assert branch.token_ids == lone.generate(prompts[1], seed=0, prefix=first.token_ids[:3]).token_ids
+    eng.clear_prefix_cache()
+    assert not b._parked and eng.generate(turn, seed=0).meta["cached_tokens"] == 0
+
+
+def test_dtype_auto_is_bf16_only_where_it_is_native(model_dir):
+    """``dtype: auto`` (rollout/evaluate) and ``bf16: auto`` (training) follow the CPU's bf16 support,
+    read from /proc/cpuinfo: emulated bf16 on an AVX2-only CPU is 5-35x slower than fp32."""
+    from pathlib import Path
+
+    from apollo.config import fast_bf16, resolve_dtype
+    import torch
+
+    from apollo.train.config import loop_config
+
+    flags = Path("/proc/cpuinfo").read_text().split()
+    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    assert fast_bf16("cpu") is native
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+    assert resolve_dtype("float32", "cpu") == "float32" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    eng = HFEngine(model_dir, dtype="auto", device="cpu")
+    assert next(eng.model.parameters()).dtype == (torch.bfloat16 if native else torch.float32)
+    from apollo.config import load_params
+
+    warm = load_params()["bootstrap"]["warmup"]["sft"]
+    assert warm["bf16"] == "auto" and loop_config(warm, 0).bf16 is native

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from apollo.config import resolve_dtype
 from apollo.data.tokenize import tokenize_prompt
 from apollo.engines.base import Generation, LocalEngine
 from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, cache_of, kv_of, sample_token, slot_decode_supported
@@ -28,12 +29,13 @@ log = logging.getLogger(__name__)
 
 class HFEngine(LocalEngine):
     """``HFEngine(model_path, temperature=…, top_p=…, max_new_tokens=…, max_context=…,
-    policy_version=…, dtype="float32", device=None, model=None, tokenizer=None,
+    policy_version=…, dtype="float32" (or "auto": :func:`apollo.config.resolve_dtype`), device=None, model=None, tokenizer=None,
     prefix_cache_tokens=0)``: the sampling settings are :class:`~apollo.engines.base.LocalEngine`'s;
     ``model``/``tokenizer`` reuse loaded ones; ``prefix_cache_tokens`` caps the prefix KV cache in
-    tokens (0: off, every call prefills its whole input, as before); ``max_batch > 1`` decodes
-    concurrent calls together (:mod:`apollo.engines.hf_batch`, continuous batching; 1: each call
-    runs its own decode loop in its caller's thread); ``decode_threads``: the batching thread's
+    tokens (0: off, every call prefills its whole input, as before); ``max_batch > 1`` runs
+    concurrent calls together (:mod:`apollo.engines.hf_batch`, continuous batching with chunked
+    prefill; there the prefix cache is the batcher's parked rows, ``prefix_cache_tokens > 0`` turns it
+    on; 1: each call runs its own decode loop in its caller's thread); ``decode_threads``: the batching thread's
     torch intra-op threads."""
 
     name = "hf"
@@ -48,6 +50,7 @@ class HFEngine(LocalEngine):
         self.stats = _zero_stats()
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = resolve_dtype(dtype, self.device)
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)
         self.model = model or AutoModelForCausalLM.from_pretrained(
             self.model_path, dtype=getattr(torch, dtype)
@@ -66,8 +69,8 @@ class HFEngine(LocalEngine):
                         self.model.config.model_type)
         elif int(max_batch) > 1:
             self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=self.eos_ids,
-                                         sample=self._sample, prefill=self._prefill, finish=self._keep,
-                                         device=self.device, threads=decode_threads, max_len=self.max_context)
+                                         sample=self._sample, device=self.device, threads=decode_threads,
+                                         max_len=self.max_context, reuse_prefix=self.prefix_cache is not None)
 
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         return tokenize_prompt(self.tokenizer, messages)
@@ -84,6 +87,8 @@ class HFEngine(LocalEngine):
     def clear_prefix_cache(self) -> None:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
+        if self.batcher is not None:
+            self.batcher.clear()
 
     @torch.no_grad()
     def generate(self, messages: list[dict[str, Any]], *, seed: int | None = None,
@@ -150,13 +155,8 @@ class HFEngine(LocalEngine):
         reused, past = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else (0, None)
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), past_key_values=past,
-                             use_cache=True)
+                             use_cache=True, logits_to_keep=1)
         return reused, out.logits[0, -1].float(), kv_of(out.past_key_values)
-
-    def _keep(self, req: Any) -> None:
-        """A finished batched request: keep its KV (input + tokens fed back) in the prefix cache."""
-        if self.prefix_cache is not None and req.kv is not None:
-            self.prefix_cache.store((req.ids + req.new)[:req.length], cache_of(req.kv))
 
     @torch.no_grad()
     def _decode(self, ids: list[int], limit: int, rng: torch.Generator) -> tuple[int, list[int], list[float], list[float]]:

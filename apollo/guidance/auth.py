@@ -22,9 +22,12 @@ The plain token is printed once when it is created and is never logged: the serv
 only from the ``Authorization: Bearer`` header or from its own HttpOnly session cookie, never from a
 URL, so access logs cannot contain one.
 
-Agent tokens are bound to the trajectories they registered: the store records the registering
-token's digest as the trajectory's owner and refuses (403) another token's writes, takes, polls and
-ends on it.
+Agent tokens may only register. ``register`` answers a secret bound to that rollout and session
+(:func:`rollout_secret`); every later agent operation on the rollout (sync ops, poll, take, deliver,
+steps, records, end) and registering it again (a resumed worker) must carry it, so holding the
+shared agent token is not enough to read, take, end or write another rollout's guidance and steps.
+The store also records the registering token's digest as the owner and refuses (403) another
+token's operations.
 
 Guidance provenance (HMAC)
 --------------------------
@@ -236,6 +239,18 @@ def verify_row(row: Any, key: bytes | None = None, *, trajectory_id: str | None 
     except (TypeError, ValueError):
         return False
     return hmac.compare_digest(want, tag)
+
+
+SECRET_VERSION = "apollo-rollout-secret-v1"
+
+
+def rollout_secret(key: bytes, trajectory_id: str, session: str, epoch: int) -> str:
+    """The credential of one registration of a rollout: ``HMAC-SHA256(key, [version, trajectory,
+    session, epoch])`` (the guidance key, another domain). Derived, never stored: a retried register
+    of the same session answers the same secret, and a resumed one (new session, next epoch) gets a
+    new one that fences off the old."""
+    msg = json.dumps([SECRET_VERSION, trajectory_id, session, int(epoch)], ensure_ascii=True, separators=(",", ":"))
+    return "rs_" + hmac.new(key, msg.encode("ascii"), hashlib.sha256).hexdigest()
 
 
 def check_trajectories(trajs: list[Any], key: bytes | None = None) -> tuple[list[Any], dict[str, int]]:

@@ -12,6 +12,12 @@ makes the agent wait, neither on a human nor on the network:
   once and enqueues their delivery confirmation (trajectory, step, time); posting the step
   acknowledges them.
 
+Credentials: the agent token alone may only register. The answer to ``register`` carries the
+rollout's secret; the client keeps it (:meth:`GuidanceClient.secret`) and sends it with every later
+operation and poll of that rollout. A worker that wants to resume a rollout after a restart keeps
+that secret with its checkpoint and passes it to :meth:`GuidanceClient.resume` (see
+:mod:`apollo.guidance.simagent`); a resumed rollout gets a new secret, and the old one is refused.
+
 One client serves all the trajectories of a process (the rollout stage runs episodes in threads).
 If the process dies, nothing is lost: what it took but never confirmed is still pending on the
 service, what it confirmed but never recorded in a step is put back to pending when the trajectory
@@ -77,6 +83,7 @@ class GuidanceClient:
         self._cv = threading.Condition()
         self._ops: deque[dict[str, Any]] = deque()
         self._sessions: dict[str, str] = {}
+        self._secrets: dict[str, str] = {}  # rollout -> its secret (what register answered)
         self._active: set[str] = set()
         self._fenced: set[str] = set()
         self._cache: dict[str, dict[str, dict[str, Any]]] = {}
@@ -106,16 +113,22 @@ class GuidanceClient:
                        "meta": meta or {}, "session": session})
 
     def resume(self, trajectory_id: str, task_id: str, *, meta: dict[str, Any] | None = None,
-               timeout_s: float = 60.0) -> dict[str, Any]:
-        """Register a trajectory again after its agent died; returns ``{"next_step", "requeued", …}``.
+               secret: str | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Register a trajectory again after its agent died; returns ``{"next_step", "requeued",
+        "secret", …}``. ``secret``: the rollout's secret the dead agent kept with its checkpoint
+        (default: the one this client holds); the answer's ``secret`` replaces it.
 
         Synchronous (a resumed agent needs to know where it stands), retried until ``timeout_s``.
         """
         session = uuid.uuid4().hex
-        body = {"trajectory_id": trajectory_id, "task_id": task_id, "meta": meta or {}, "session": session}
+        with self._cv:
+            secret = secret or self._secrets.get(trajectory_id)
+        body = {"trajectory_id": trajectory_id, "task_id": task_id, "meta": meta or {}, "session": session,
+                "secret": secret}
         r = self._request_with_retry("POST", "/api/trajectories", json=body, timeout_s=timeout_s)
         with self._cv:
             self._sessions[trajectory_id] = session
+            self._secrets[trajectory_id] = r["secret"]
             self._active.add(trajectory_id)
             self._fenced.discard(trajectory_id)
             self._cache[trajectory_id] = {}
@@ -180,6 +193,14 @@ class GuidanceClient:
                         "background)", self.queued(), trajectory_id)
 
     # --- control --------------------------------------------------------------------------------
+    def secret(self, trajectory_id: str, timeout_s: float | None = None) -> str | None:
+        """The rollout's secret (what the service answered to its register), for the worker's
+        checkpoint; with ``timeout_s``, first wait until the queued operations are sent."""
+        if timeout_s is not None:
+            self.flush(timeout_s)
+        with self._cv:
+            return self._secrets.get(trajectory_id)
+
     def queued(self) -> int:
         with self._cv:
             return len(self._ops)
@@ -257,9 +278,18 @@ class GuidanceClient:
                     return
                 self._wake = False
                 size = 1 if solo else self.batch_max  # after a rejected batch: one op at a time
-                batch = [self._ops[i] for i in range(min(len(self._ops), size))]
-                poll = sorted(self._active - self._fenced)
-            body = {"ops": [{k: v for k, v in op.items() if k != "_t"} for op in batch], "poll": poll}
+                batch, registering = [], set()
+                for i in range(min(len(self._ops), size)):
+                    op = self._ops[i]
+                    if op["trajectory_id"] in registering:
+                        break  # its secret comes with the answer to the register before it
+                    if op["op"] == "register":
+                        registering.add(op["trajectory_id"])
+                    batch.append(op)
+                secrets = dict(self._secrets)
+                poll = {t: secrets[t] for t in sorted(self._active - self._fenced) if t in secrets}
+            body = {"ops": [{**{k: v for k, v in op.items() if k != "_t"}, "secret": secrets.get(op["trajectory_id"])}
+                            for op in batch], "poll": poll}
             try:
                 self.stats["requests"] += 1
                 r = self._http.post("/api/agent/sync", json=body)
@@ -283,7 +313,8 @@ class GuidanceClient:
                     continue
                 log.error("guidance service rejected a %s operation: %s", batch[0].get("op"), err)
                 self.stats["dropped"] += 1
-                data: dict[str, Any] = {"results": [], "pending": {}}
+                data: dict[str, Any] = {"results": [{"ok": False, "error": "rejected", "detail": err}],
+                                        "pending": {}}
             else:
                 data = r.json()
             solo = max(0, solo - 1)
@@ -297,13 +328,22 @@ class GuidanceClient:
                 self.stats["ops_sent"] += len(batch)
                 self._n_done += len(batch)
                 for op, res in zip(batch, data.get("results", [])):
+                    tid = op["trajectory_id"]
+                    if op["op"] == "register" and res.get("ok") and isinstance(res.get("result"), dict):
+                        self._secrets[tid] = res["result"]["secret"]
+                    elif op["op"] == "register":  # e.g. registered by another worker: nothing more of it
+                        log.error("guidance service refused to register %s: %s", tid, res.get("detail"))
+                        self._fenced.add(tid)
                     if not res.get("ok", True):
-                        tid = op["trajectory_id"]
                         if res.get("error") == "stale_session" and tid not in self._fenced:
                             log.warning("trajectory %s was resumed elsewhere: this agent's writes are refused", tid)
                             self._fenced.add(tid)
                         elif res.get("error") != "stale_session":
                             log.warning("guidance op %s on %s refused: %s", op["op"], tid, res.get("detail"))
+                for tid in data.get("refused") or []:  # the rollout was resumed elsewhere (another secret)
+                    if tid in poll and poll[tid] == self._secrets.get(tid) and tid not in self._fenced:
+                        log.warning("the service refused this agent's poll of %s (resumed elsewhere?)", tid)
+                        self._fenced.add(tid)
                 for tid, rows in (data.get("pending") or {}).items():
                     if tid not in self._active or tid in self._fenced:
                         continue

@@ -1,8 +1,11 @@
 """The guidance store's database connection: one SQLAlchemy engine (pool) per database per process,
 write and read transactions, and the schema (created, and columns an older file lacks added).
 
-SQLite (WAL; writers in one process queue on a lock, across processes ``BEGIN IMMEDIATE`` and the
-busy timeout serialize them) or PostgreSQL. The tables are :mod:`apollo.guidance.tables`; what is
+SQLite (WAL; writers in one process queue on a :class:`WriteLock`, across processes ``BEGIN
+IMMEDIATE`` and the busy timeout serialize them) or PostgreSQL. The write lock has a fast lane: a
+waiting *urgent* writer (an annotator's message) goes before the waiting agent batches, so a person's
+post waits for at most the transaction in progress, not for the queue of rollout writes (under load
+that queue is most of what a post waited for: issue 32). The tables are :mod:`apollo.guidance.tables`; what is
 stored and how is :class:`apollo.guidance.store.GuidanceStore`, which is a :class:`Database`.
 """
 
@@ -22,6 +25,37 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.pool import StaticPool
 
 from apollo.guidance.tables import _ENGINES, _ENGINES_LOCK, _sqlite_on_begin, _sqlite_on_connect, db_url, metadata
+
+
+class WriteLock:
+    """The in-process writers' lock of one database; ``acquire(urgent=True)`` goes before every
+    ordinary waiter (each release wakes one waiter: an urgent one if any)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._urgent_cv = threading.Condition(self._mutex)
+        self._normal_cv = threading.Condition(self._mutex)
+        self._held = False
+        self._urgent = 0  # urgent writers waiting
+
+    def acquire(self, urgent: bool = False) -> None:
+        with self._mutex:
+            if urgent:
+                self._urgent += 1
+                try:
+                    while self._held:
+                        self._urgent_cv.wait()
+                finally:
+                    self._urgent -= 1
+            else:
+                while self._held or self._urgent:
+                    self._normal_cv.wait()
+            self._held = True
+
+    def release(self) -> None:
+        with self._mutex:
+            self._held = False
+            (self._urgent_cv if self._urgent else self._normal_cv).notify()
 
 
 class Database:
@@ -55,7 +89,7 @@ class Database:
                                         pool_pre_ping=True)
         # writers inside one process queue on a lock (fast hand-off) rather than on SQLite's busy
         # handler (sleeps up to 100 ms); across processes BEGIN IMMEDIATE + busy_timeout serialize them
-        self._wlock = threading.Lock() if self.is_sqlite else None
+        self._wlock = WriteLock() if self.is_sqlite else None
         self._create_schema()
         key = self._cache_key()  # a new SQLite file exists now
         if key:
@@ -75,10 +109,11 @@ class Database:
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self, urgent: bool = False) -> Iterator[Connection]:
+        """A write transaction; ``urgent``: ahead of the other writers of this process waiting."""
         lock = self._wlock
         if lock is not None:
-            lock.acquire()
+            lock.acquire(urgent)
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(apollo_write=True)

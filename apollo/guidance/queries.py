@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select
@@ -99,9 +100,9 @@ class StoreReads:
         out = []
         for r in rows:
             d = dict(r._mapping)
-            d["arguments"] = _unj(d["arguments"])
+            d["arguments"] = _obj(d, "arguments")
             if "detail" in d:
-                d["detail"] = _unj(d["detail"])
+                d["detail"] = _obj(d, "detail")
                 if not full:
                     d.pop("detail")
                     d.pop("assistant_text")
@@ -135,7 +136,7 @@ class StoreReads:
         out = []
         for row in rows:
             d = dict(row._mapping)
-            d["data"] = _unj(d["data"])
+            d["data"] = _obj(d, "data")
             d["data"].pop("content_after", None)
             out.append(d)
         return out
@@ -152,6 +153,22 @@ class StoreReads:
     def last_event_id(self) -> int:
         with self._read() as c:
             return int(c.execute(select(func.max(events_t.c.id))).scalar() or 0)
+
+
+def _obj(d: dict[str, Any], field: str) -> dict[str, Any]:
+    """A stored JSON object column; a row an older or broken writer left (not an object) reads as
+    ``{}`` and says so in the row's ``skipped`` list, so the views show the rest."""
+    raw = d.get(field)
+    if not raw:
+        return {}
+    try:
+        v = json.loads(raw)
+    except ValueError:
+        v = None
+    if isinstance(v, dict):
+        return v
+    d.setdefault("skipped", []).append(f"{field}: the stored value is not a JSON object")
+    return {}
 
 
 def _public_trajectory(row: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -121,6 +122,10 @@ def cli_serve(args: Any) -> int:
         return 2
     import uvicorn
 
+    # the GIL's hand-off interval (5 ms by default) is what a thread back from SQLite waits while the
+    # event loop or another request computes; the holder of the write lock does a dozen such round
+    # trips per transaction, so under load everyone queued behind it waits that many intervals
+    sys.setswitchinterval(0.001)
     store = GuidanceStore(db)
     app = create_app(store, tokens, lost_after_s=float(getattr(args, "lost_after_s", 30.0) or 30.0))
     scheme = "https" if tls else "http"

@@ -31,8 +31,12 @@ Endpoints (all under ``/api`` need a token; 401 without one, 403 with the wrong 
 
 Every ``/api`` request passes :class:`apollo.guidance.gate.Gate` first: token and role are checked
 before the body is read, bodies are capped, and JSON with lone surrogates or NaN is refused (4xx);
-integers are bounded (``0 … 2**31-1``), so bad input never reaches the database as a 500. Agent
-writes carry the agent token's digest as the owner (:mod:`apollo.guidance.auth`).
+integers are bounded (``0 … 2**31-1``), so bad input never reaches the database as a 500. The agent
+token alone may only register: register answers the rollout's ``secret``, and every other agent
+route (and the sync ops and polls) must carry it (403 otherwise, nothing changed); agent writes
+carry the agent token's digest as the owner (:mod:`apollo.guidance.auth`). Agent fields over their
+size limits answer 413 naming the limit, malformed ones 400 naming the field
+(:mod:`apollo.guidance.inputs`).
 
 The live feed reads the store's ``events`` table (one poller per app, fan-out to the streams), so
 it also shows what other processes write to the same database (the rollout stage writing to the
@@ -72,6 +76,7 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
 GUIDANCE_ID = r"^[A-Za-z0-9_.:-]{8,64}$"
+Secret = Annotated[str, Field(max_length=128)]
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -96,6 +101,7 @@ class RegisterIn(_In):
     task_id: str = Field(min_length=1, max_length=255)
     meta: dict[str, Any] = Field(default_factory=dict)
     session: str | None = Field(default=None, max_length=64)
+    secret: Secret | None = None  # registering a registered rollout again (resuming it) needs its secret
 
 
 class StepIn(_In):
@@ -106,10 +112,12 @@ class StepIn(_In):
     detail: dict[str, Any] = Field(default_factory=dict)
     guidance_ids: list[str] | None = Field(default=None, max_length=1000)
     session: str | None = Field(default=None, max_length=64)
+    secret: Secret | None = None
 
 
 class TakeIn(_In):
     step_index: int = Field(ge=0, le=MAX_INDEX)
+    secret: Secret | None = None
 
 
 class DeliverIn(_In):
@@ -117,6 +125,7 @@ class DeliverIn(_In):
     guidance_ids: list[str] = Field(max_length=1000)
     delivered_at: Num | None = None
     session: str | None = Field(default=None, max_length=64)
+    secret: Secret | None = None
 
 
 class RecordIn(_In):
@@ -126,17 +135,20 @@ class RecordIn(_In):
     key: str | None = Field(default=None, max_length=200)
     ref: str = Field(default="", max_length=1024)
     session: str | None = Field(default=None, max_length=64)
+    secret: Secret | None = None
 
 
 class EndIn(_In):
     status: str = Field(default="finished", pattern=r"^(finished|error|killed|timeout|cancelled)$")
     final_score: Num | None = None
     session: str | None = Field(default=None, max_length=64)
+    secret: Secret | None = None
 
 
 class SyncIn(_In):
     ops: list[dict[str, Any]] = Field(default_factory=list, max_length=2000)
-    poll: list[Annotated[str, Field(max_length=255)]] = Field(default_factory=list, max_length=2000)
+    # the rollouts to poll, each with its secret (what register answered)
+    poll: dict[Annotated[str, Field(max_length=255)], Secret] = Field(default_factory=dict, max_length=2000)
 
 
 # --- live feed -------------------------------------------------------------------------------------
@@ -189,9 +201,12 @@ def _sse(event_id: int, kind: str, data: dict[str, Any]) -> str:
 
 # --- the app ---------------------------------------------------------------------------------------
 def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, event_poll_s: float = 0.2,
-               lost_after_s: float = 30.0, caps: dict[str, int] | None = None) -> FastAPI:
+               lost_after_s: float = 30.0, caps: dict[str, int] | None = None,
+               agent_concurrency: int = 2) -> FastAPI:
     """The app. ``lost_after_s``: a running rollout whose worker has not been heard of for that long
-    is shown as lost; ``caps``: body caps by route class (:data:`apollo.guidance.gate.CAPS`)."""
+    is shown as lost; ``caps``: body caps by route class (:data:`apollo.guidance.gate.CAPS`);
+    ``agent_concurrency``: agent sync calls served at once (the others wait in the event loop, not
+    in worker threads, so the threads and the write lock stay free for the annotators)."""
     store = store if isinstance(store, GuidanceStore) else GuidanceStore(store)
     hub = EventHub(store, event_poll_s)
     triage = Triage(store, lost_after_s=lost_after_s)
@@ -225,7 +240,7 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
     def role(allowed: frozenset[str]) -> Any:
-        def dep(request: Request) -> Principal:
+        async def dep(request: Request) -> Principal:  # async: no worker thread for a dict lookup
             p = getattr(request.state, "principal", None)  # the gate authenticated it
             if p is None:
                 raise HTTPException(401, "a valid token is required", headers={"WWW-Authenticate": "Bearer"})
@@ -299,8 +314,12 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         t = store.trajectory(tid)
         meta = t.get("meta") or {}
         t["meta"] = {k: v for k, v in meta.items() if k != "prefix_messages"}
-        t["task_text"] = next((m.get("content") for m in meta.get("prefix_messages") or []
-                               if isinstance(m, dict) and m.get("role") == "user"), None)
+        prefix = meta.get("prefix_messages")
+        t["task_text"] = next((m.get("content") for m in (prefix if isinstance(prefix, list) else [])
+                               if isinstance(m, dict) and m.get("role") == "user"
+                               and isinstance(m.get("content"), str)), None)
+        if prefix is not None and not isinstance(prefix, list):
+            t["skipped"] = ["meta.prefix_messages: the stored value is not a list"]
         return _with_elapsed(t)
 
     @app.get("/api/trajectories/{tid}/steps")
@@ -368,25 +387,27 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
     # -- annotator writes -------------------------------------------------------------------------
     @app.post("/api/trajectories/{tid}/guidance", status_code=201)
     def post_guidance(tid: str, body: GuidanceIn, response: Response, p: Principal = annotator) -> dict[str, Any]:
-        t = store.trajectory(tid)  # 404 for an unknown trajectory
-        if t["status"] != "running":
-            old = store.guidance_by_id(body.guidance_id) if body.guidance_id else None
-            if old is None or old["trajectory_id"] != tid:
-                raise HTTPException(409, f"trajectory {tid} is {t['status']}: guidance would never be delivered")
-            response.status_code = 200  # a retry of a message accepted while it was running
-            return old
+        # one write transaction: a retry answers the stored row (200, even if the rollout ended since),
+        # an unknown rollout 404, an ended one 409
         row = store.add_guidance(tid, body.text, author=p.name, delay_s=body.delay_s, meta=body.meta,
-                                 guidance_id=body.guidance_id, at_step=body.at_step)
+                                 guidance_id=body.guidance_id, at_step=body.at_step, running_only=True)
         if not row.pop("created"):
             response.status_code = 200  # a retry of an accepted message
         row.pop("auth_tag", None)
         return row
 
     # -- agent writes -----------------------------------------------------------------------------
+    sync_slots = asyncio.Semaphore(max(1, agent_concurrency))
+
     @app.post("/api/agent/sync")
-    def agent_sync(body: SyncIn, p: Principal = agent) -> dict[str, Any]:
+    async def agent_sync(body: SyncIn, p: Principal = agent) -> dict[str, Any]:
+        async with sync_slots:
+            return await run_in_threadpool(_agent_sync, body, p)
+
+    def _agent_sync(body: SyncIn, p: Principal) -> dict[str, Any]:
         results = store.apply_ops(body.ops, owner=p.key) if body.ops else []
         pending = store.pending(body.poll, owner=p.key) if body.poll else {}
+        refused = [t for t in body.poll if t not in pending]  # unknown, another owner's, or a wrong secret
         now = time.time()
         wrote = {op.get("trajectory_id") for op in body.ops}  # their updated_at moved already
         for t in wrote:
@@ -397,35 +418,41 @@ def create_app(store: GuidanceStore | str | Path, tokens: TokenRegistry, *, even
         if due:
             beats.update(dict.fromkeys(due, now))
             store.heartbeat(due)
-        return {"results": results, "pending": pending, "server_time": now}
+        return {"results": results, "pending": pending, "refused": refused, "server_time": now}
 
     @app.post("/api/trajectories", status_code=201)
     def register(body: RegisterIn, p: Principal = agent) -> dict[str, Any]:
-        return store.register(body.trajectory_id, body.task_id, meta=body.meta, session=body.session, owner=p.key)
+        return store.register(body.trajectory_id, body.task_id, meta=body.meta, session=body.session, owner=p.key,
+                              secret=body.secret or "")
 
     @app.put("/api/trajectories/{tid}/steps/{i}")
     def put_step(tid: str, i: Index, body: StepIn, p: Principal = agent) -> dict[str, Any]:
         return store.post_step(tid, i, body.tool, body.arguments, body.observation,
                                assistant_text=body.assistant_text, detail=body.detail,
-                               guidance_ids=body.guidance_ids, session=body.session, owner=p.key)
+                               guidance_ids=body.guidance_ids, session=body.session, owner=p.key,
+                               secret=body.secret or "")
 
     @app.post("/api/trajectories/{tid}/take")
     def take(tid: str, body: TakeIn, p: Principal = agent) -> list[dict[str, Any]]:
-        return [g.model_dump() for g in store.take_pending(tid, body.step_index, owner=p.key)]
+        return [g.model_dump() for g in store.take_pending(tid, body.step_index, owner=p.key,
+                                                           secret=body.secret or "")]
 
     @app.post("/api/trajectories/{tid}/deliver")
     def deliver(tid: str, body: DeliverIn, p: Principal = agent) -> list[dict[str, Any]]:
-        rows = store.deliver(tid, body.step_index, body.guidance_ids, body.delivered_at, body.session, owner=p.key)
+        rows = store.deliver(tid, body.step_index, body.guidance_ids, body.delivered_at, body.session, owner=p.key,
+                             secret=body.secret or "")
         return [{k: v for k, v in r.items() if k != "auth_tag"} for r in rows]
 
     @app.post("/api/trajectories/{tid}/records", status_code=201)
     def post_record(tid: str, body: RecordIn, p: Principal = agent) -> dict[str, int]:
         return {"created": store.post_record(tid, body.kind, body.data, step_index=body.step_index,
-                                             key=body.key, ref=body.ref, session=body.session, owner=p.key)}
+                                             key=body.key, ref=body.ref, session=body.session, owner=p.key,
+                                             secret=body.secret or "")}
 
     @app.post("/api/trajectories/{tid}/end")
     def end(tid: str, body: EndIn, p: Principal = agent) -> dict[str, bool]:
-        store.end(tid, body.status, final_score=body.final_score, session=body.session, owner=p.key)
+        store.end(tid, body.status, final_score=body.final_score, session=body.session, owner=p.key,
+                  secret=body.secret or "")
         return {"ok": True}
 
     return app

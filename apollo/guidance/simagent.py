@@ -5,14 +5,16 @@ due guidance, "generates" for ``step_s`` seconds, then posts the step; it never 
 channel. Every step's delivered guidance is appended to a JSONL log (flushed per step), so a test
 can compare what the agent actually injected with what the service recorded, even after a kill.
 
-Run it as a process (``python -m apollo.guidance.simagent --url … --trajectory …``, token from
-``$APOLLO_AGENT_TOKEN``) to test killing and resuming an agent.
+Run it as a process (``python -m apollo.guidance.simagent --url … --trajectory … --state FILE``,
+token from ``$APOLLO_AGENT_TOKEN``) to test killing and resuming an agent. ``--state`` is the
+worker's checkpoint: it holds the rollout's secret (mode 0600), which ``--resume`` needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -56,6 +58,20 @@ def run_agent(channel: Any, trajectory_id: str, task_id: str, *, steps: int | No
     return taken
 
 
+def save_state(path: str | Path, **state: Any) -> None:
+    """Write the worker's checkpoint (it holds the rollout's secret: mode 0600, replaced atomically)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
+    os.replace(tmp, path)
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def main(argv: list[str] | None = None) -> int:
     from apollo.guidance.client import GuidanceClient
 
@@ -67,13 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-s", type=float, default=0.1)
     ap.add_argument("--log", required=True)
     ap.add_argument("--resume", action="store_true", help="resume the trajectory where the service has it")
+    ap.add_argument("--state", required=True, help="the worker's checkpoint file (the rollout's secret)")
     args = ap.parse_args(argv)
     client = GuidanceClient(args.url, poll_s=0.05)
     start = 0
     if args.resume:
-        start = client.resume(args.trajectory, args.task)["next_step"]
+        res = client.resume(args.trajectory, args.task, secret=load_state(args.state)["secret"])
+        start = res["next_step"]
     else:
         client.register(args.trajectory, args.task, meta={"domain": "simulated", "max_steps": args.steps})
+    secret = client.secret(args.trajectory, timeout_s=30.0)
+    if secret is None:
+        print("agent: the service did not register the trajectory", flush=True)
+        return 1
+    save_state(args.state, trajectory_id=args.trajectory, secret=secret)
     print(f"agent ready start={start}", flush=True)
     run_agent(client, args.trajectory, args.task, steps=args.steps - start, step_s=args.step_s,
               start_step=start, log_path=args.log)

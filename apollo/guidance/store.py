@@ -30,8 +30,15 @@ are refused (:class:`StaleSession`), so a zombie agent cannot deliver or record 
 Every change also appends a row to ``events``: the service's live feed (SSE) reads it, which works
 across processes and across service restarts.
 
-Ownership: writes that carry an ``owner`` (the service passes the agent token's digest) are refused
-(:class:`Forbidden`) on a trajectory another owner registered. Liveness: ``heartbeat_at`` is refreshed
+Credentials: :meth:`GuidanceStore.register` answers ``secret``, the rollout's credential for that
+registration (:func:`apollo.guidance.auth.rollout_secret`). Every agent operation on the rollout
+(take, poll, deliver, step, record, end) and registering it again (resuming it) must present it, or
+it is refused (:class:`Forbidden`) before anything changes; a store object keeps the secrets it was
+answered, so the store mode (a worker writing the store directly) passes them without asking, and a
+restarted worker passes the one it kept with its checkpoint (``secret=``). What an agent stores is
+checked first (:mod:`apollo.guidance.inputs`: size limits, the shapes the console reads).
+Ownership: operations that carry an ``owner`` (the service passes the agent token's digest) are also
+refused (:class:`Forbidden`) on a trajectory another owner registered. Liveness: ``heartbeat_at`` is refreshed
 while the registering process is alive (the service on each agent poll; a process writing to the
 store directly by a background thread), so a rollout whose worker died without ending it shows as
 *lost* (:mod:`apollo.guidance.views`).
@@ -44,6 +51,7 @@ from the rows (context windows, the triage list) is :mod:`apollo.guidance.views`
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 import uuid
@@ -64,6 +72,7 @@ from sqlalchemy.exc import IntegrityError
 
 from apollo.guidance.db import Database
 from apollo.guidance.heartbeat import LIVE
+from apollo.guidance.inputs import MAX_STEPS_AHEAD, check_record, check_register, check_step
 from apollo.guidance.queries import StoreReads
 from apollo.guidance.records import derive_record, score_of
 from apollo.guidance.rows import step_detail, summary_dict, to_guidance
@@ -77,6 +86,7 @@ from apollo.guidance.tables import (  # noqa: F401  (re-exported: the store's pu
     MAX_INDEX,
     Forbidden,
     NotFound,
+    NotRunning,
     StaleSession,
     StoreError,
     _guidance_dict,
@@ -103,6 +113,7 @@ class GuidanceStore(Database, StoreReads):
 
     def __init__(self, path: str | Path, *, pool_size: int = 8, key: bytes | None = None):
         self._key = key
+        self._held: dict[str, str] = {}  # rollout -> the secret this store object registered it with
         super().__init__(path, pool_size=pool_size)
 
     @property
@@ -147,59 +158,86 @@ class GuidanceStore(Database, StoreReads):
         if row is not None and row.owner and row.owner != owner:
             raise Forbidden(f"trajectory {trajectory_id!r} belongs to another agent token")
 
+    def _insert(self, table: Any) -> Any:
+        """The dialect's INSERT (SQLite and PostgreSQL both have ``ON CONFLICT``: one statement for an
+        idempotent write instead of a read and a write)."""
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        return dialect_insert(table)
+
     @staticmethod
     def _event(c: Connection, kind: str, trajectory_id: str | None, **data: Any) -> None:
         c.execute(insert(events_t).values(trajectory_id=trajectory_id, kind=kind, created_at=time.time(),
                                           data=_j(data)))
 
-    @staticmethod
-    def _guard(c: Connection, trajectory_id: str, session: str | None, owner: str | None) -> dict[str, Any] | None:
-        """One read of the trajectory for the owner and session checks (None: no check asked, or an
-        unregistered trajectory without a session)."""
-        if not session and not owner:
-            return None
+    def secret(self, trajectory_id: str) -> str | None:
+        """The secret this store object registered ``trajectory_id`` with (None: it did not)."""
+        return self._held.get(trajectory_id)
+
+    def _presented(self, trajectory_id: str, secret: Any, owner: str | None) -> str:
+        """The secret an operation presents: the one given, else (a caller without an owner, i.e.
+        the store mode, never the service) the one this store object holds for the rollout."""
+        if secret is not None:
+            if not isinstance(secret, str):
+                raise StoreError("secret must be a string")
+            return secret
+        return self._held.get(trajectory_id, "") if owner is None else ""
+
+    def _secret_ok(self, row: Any, secret: str) -> bool:
+        """Whether ``secret`` is the credential of the rollout's current registration."""
+        if not row.session or not secret:
+            return False
+        from apollo.guidance.auth import rollout_secret
+
+        return hmac.compare_digest(rollout_secret(self.key, row.trajectory_id, row.session, row.epoch or 0), secret)
+
+    def _guard(self, c: Connection, trajectory_id: str, session: str | None, owner: str | None,
+               secret: str) -> dict[str, Any]:
+        """The rollout's row, read once for the checks every agent operation passes before it changes
+        anything: registered (404), the same owner (403), the current session (409), its secret (403)."""
         row = c.execute(select(trajectories_t).where(trajectories_t.c.trajectory_id == trajectory_id)).first()
         if row is None:
-            if session:
-                raise NotFound(f"trajectory {trajectory_id!r} is not registered")
-            return None
+            raise NotFound(f"trajectory {trajectory_id!r} is not registered")
         if owner and row.owner and row.owner != owner:
             raise Forbidden(f"trajectory {trajectory_id!r} belongs to another agent token")
         if session and row.session and row.session != session:
             raise StaleSession(f"trajectory {trajectory_id!r} was resumed by another agent session")
-        return dict(row._mapping)
-
-    @staticmethod
-    def _check_session(c: Connection, trajectory_id: str, session: str | None) -> dict[str, Any]:
-        row = c.execute(select(trajectories_t).where(trajectories_t.c.trajectory_id == trajectory_id)).first()
-        if row is None:
-            raise NotFound(f"trajectory {trajectory_id!r} is not registered")
-        if session and row.session and row.session != session:
-            raise StaleSession(f"trajectory {trajectory_id!r} was resumed by another agent session")
+        if not self._secret_ok(row, secret):
+            raise Forbidden(f"trajectory {trajectory_id!r}: the rollout's secret is missing or wrong "
+                            f"(field 'secret': what register answered for this registration)")
         return dict(row._mapping)
 
     # --- agent side -------------------------------------------------------------------------
     def register(self, trajectory_id: str, task_id: str, *, meta: dict[str, Any] | None = None,
-                 session: str | None = None, owner: str | None = None) -> dict[str, Any]:
+                 session: str | None = None, owner: str | None = None,
+                 secret: str | None = None) -> dict[str, Any]:
         """Start (or resume) a trajectory.
 
         Resuming puts back to ``pending`` what was delivered to the previous session but never
-        acknowledged. Returns ``{"session", "epoch", "next_step", "requeued", "resumed"}``.
+        acknowledged; it needs the rollout's ``secret`` (this store object passes the one it holds).
+        Returns ``{"session", "epoch", "next_step", "requeued", "resumed", "secret"}``: ``secret``
+        is the credential every later operation on this rollout needs.
         """
         with self._write() as c:
-            res = self._register(c, trajectory_id, task_id, meta, session, owner)
+            res = self._register(c, trajectory_id, task_id, meta, session, owner,
+                                 self._presented(trajectory_id, secret, owner))
         if owner is None:
+            self._held[trajectory_id] = res["secret"]
             LIVE.add(self, trajectory_id)  # this process writes the store directly: keep it alive
         return res
 
     def _register(self, c: Connection, trajectory_id: str, task_id: str, meta: dict[str, Any] | None,
-                  session: str | None, owner: str | None = None) -> dict[str, Any]:
+                  session: str | None, owner: str | None = None, secret: str = "") -> dict[str, Any]:
+        from apollo.guidance.auth import rollout_secret
+
         if not isinstance(trajectory_id, str) or not trajectory_id or len(trajectory_id) > 255:
             raise StoreError("trajectory_id must be a non-empty string of at most 255 characters")
         if not isinstance(task_id, str) or not task_id or len(task_id) > 255:
             raise StoreError("task_id must be a non-empty string of at most 255 characters")
-        if meta is not None and not isinstance(meta, dict):
-            raise StoreError(f"meta must be an object, not {type(meta).__name__}")
+        meta_json = _j(meta if meta is not None else {})
+        check_register(meta if meta is not None else {}, meta_json)
         if session is not None and (not isinstance(session, str) or len(session) > 64):
             raise StoreError("session must be a string of at most 64 characters")
         self._check_owner(c, trajectory_id, owner)
@@ -207,15 +245,19 @@ class GuidanceStore(Database, StoreReads):
         session = session or uuid.uuid4().hex
         t = trajectories_t
         row = c.execute(select(t).where(t.c.trajectory_id == trajectory_id)).first()
-        if row is not None and row.session == session:  # a retried register: nothing to do
+        if row is not None and row.session == session:  # a retried register: the same answer
             return {"session": session, "epoch": row.epoch, "next_step": row.step_count,
-                    "requeued": 0, "resumed": row.epoch > 1}
+                    "requeued": 0, "resumed": row.epoch > 1,
+                    "secret": rollout_secret(self.key, trajectory_id, session, row.epoch or 0)}
+        if row is not None and row.session and not self._secret_ok(row, secret):
+            raise Forbidden(f"trajectory {trajectory_id!r} is already registered: registering it again "
+                            f"(resuming it) needs the rollout's secret (field 'secret')")
         requeued = 0
         if row is None:
             epoch, step_count = 1, 0
             c.execute(insert(t).values(trajectory_id=trajectory_id, task_id=task_id, status="running",
                                        started_at=now, updated_at=now, session=session, epoch=epoch,
-                                       meta=_j(meta or {}), owner=owner or "", heartbeat_at=now))
+                                       meta=meta_json, owner=owner or "", heartbeat_at=now))
         else:
             epoch = (row.epoch or 0) + 1
             merged = {**_meta(row.meta), **(meta or {})}
@@ -227,7 +269,7 @@ class GuidanceStore(Database, StoreReads):
             requeued = self._requeue(c, trajectory_id, "expired")
         self._event(c, "trajectory", trajectory_id, status="running", epoch=epoch, requeued=requeued)
         return {"session": session, "epoch": epoch, "next_step": step_count, "requeued": requeued,
-                "resumed": row is not None}
+                "resumed": row is not None, "secret": rollout_secret(self.key, trajectory_id, session, epoch)}
 
     def _requeue(self, c: Connection, trajectory_id: str, also: str | None = None) -> int:
         """Unacknowledged deliveries (and ``also``: expired rows, on resume) back to pending."""
@@ -247,7 +289,8 @@ class GuidanceStore(Database, StoreReads):
     def post_step(self, trajectory_id: str, step_index: int, tool: str | None, arguments: dict[str, Any],
                   observation: str, *, assistant_text: str | None = None, detail: dict[str, Any] | None = None,
                   guidance_ids: list[str] | None = None, session: str | None = None,
-                  step: Any = None, summary: Any = None, owner: str | None = None) -> dict[str, Any]:
+                  step: Any = None, summary: Any = None, owner: str | None = None,
+                  secret: str | None = None) -> dict[str, Any]:
         """Record a finished step (idempotent by index) and acknowledge the guidance delivered at it.
 
         ``step`` (an :class:`apollo.schema.Step`) or ``assistant_text``/``detail`` add what the
@@ -262,12 +305,13 @@ class GuidanceStore(Database, StoreReads):
         with self._write() as c:
             return self._post_step(c, trajectory_id, step_index, tool, arguments, observation,
                                    assistant_text or "", detail or {}, guidance_ids, session,
-                                   summary_dict(summary), owner)
+                                   summary_dict(summary), owner, self._presented(trajectory_id, secret, owner))
 
     def _post_step(self, c: Connection, trajectory_id: str, step_index: int, tool: str | None,
                    arguments: dict[str, Any], observation: str, assistant_text: str, detail: dict[str, Any],
                    guidance_ids: list[str] | None, session: str | None,
-                   summary: dict[str, Any] | None = None, owner: str | None = None) -> dict[str, Any]:
+                   summary: dict[str, Any] | None = None, owner: str | None = None,
+                   secret: str = "") -> dict[str, Any]:
         now = time.time()
         step_index = as_index(step_index)
         if tool is not None and not isinstance(tool, str):
@@ -276,20 +320,23 @@ class GuidanceStore(Database, StoreReads):
             raise StoreError("arguments and detail must be objects")
         if not isinstance(observation or "", str) or not isinstance(assistant_text or "", str):
             raise StoreError("observation and assistant_text must be strings")
-        if guidance_ids is not None and not (isinstance(guidance_ids, list)
+        if guidance_ids is not None and not (isinstance(guidance_ids, list) and len(guidance_ids) <= 1000
                                              and all(isinstance(x, str) for x in guidance_ids)):
-            raise StoreError("guidance_ids must be a list of strings")
-        traj = self._guard(c, trajectory_id, session, owner)
+            raise StoreError("guidance_ids must be a list of at most 1000 strings")
+        if tool is not None and len(tool) > 255:
+            raise StoreError("tool must be at most 255 characters")
+        args_json, detail_json = _j(arguments or {}), _j(detail or {})
+        check_step(observation or "", assistant_text or "", args_json, detail or {}, detail_json, summary,
+                   None if summary is None else _j(summary))
+        traj = self._guard(c, trajectory_id, session, owner, secret)
+        if step_index > (traj["step_count"] or 0) + MAX_STEPS_AHEAD:
+            raise StoreError(f"step_index {step_index} is more than {MAX_STEPS_AHEAD} steps past the rollout's "
+                             f"{traj['step_count']} recorded steps")
         s = steps_t
-        values = dict(tool=tool, arguments=_j(arguments or {}), observation=observation or "",
-                      created_at=now, assistant_text=assistant_text, detail=_j(detail))
-        exists = c.execute(select(s.c.step_index).where(and_(s.c.trajectory_id == trajectory_id,
-                                                            s.c.step_index == step_index))).first()
-        if exists:
-            c.execute(update(s).where(and_(s.c.trajectory_id == trajectory_id, s.c.step_index == step_index))
-                      .values(**values))
-        else:
-            c.execute(insert(s).values(trajectory_id=trajectory_id, step_index=step_index, **values))
+        values = dict(tool=tool, arguments=args_json, observation=observation or "",
+                      created_at=now, assistant_text=assistant_text, detail=detail_json)
+        c.execute(self._insert(s).values(trajectory_id=trajectory_id, step_index=step_index, **values)
+                  .on_conflict_do_update(index_elements=[s.c.trajectory_id, s.c.step_index], set_=values))
         # acknowledge: what was delivered at this step (plus ids the agent says it injected here)
         g = guidance_t
         if guidance_ids:
@@ -308,7 +355,7 @@ class GuidanceStore(Database, StoreReads):
                         step=step_index)
         # records derived from the step (terminal output, file diffs, search logs)
         n_rec = self._derive_records(c, trajectory_id, step_index, tool, arguments, observation)
-        if summary and isinstance(summary.get("index"), int):
+        if summary is not None:
             self._insert_record(c, trajectory_id, "summary", summary, step_index=summary.get("before_step"),
                                 key=f"summary:{summary['index']}", ref=str(summary["index"]))
         score = detail.get("score") if isinstance(detail.get("score"), (int, float)) else score_of(tool, observation)
@@ -319,11 +366,6 @@ class GuidanceStore(Database, StoreReads):
         upd: dict[str, Any] = {"updated_at": now, "step_count": bigger(t.c.step_count, step_index + 1)}
         if score is not None:
             upd["latest_score"] = float(score)
-        if traj is None:
-            traj = c.execute(select(t.c.trajectory_id).where(t.c.trajectory_id == trajectory_id)).first()
-            if traj is None:  # steps of an unregistered trajectory: register it on the fly
-                c.execute(insert(t).values(trajectory_id=trajectory_id, task_id="?", status="running",
-                                           started_at=now, updated_at=now, epoch=1, owner=owner or ""))
         c.execute(update(t).where(t.c.trajectory_id == trajectory_id).values(**upd))
         self._event(c, "step", trajectory_id, step=step_index, tool=tool, records=n_rec,
                     acknowledged=len(acked), score=score)
@@ -353,32 +395,33 @@ class GuidanceStore(Database, StoreReads):
     def _insert_record(self, c: Connection, trajectory_id: str, kind: str, data: dict[str, Any], *,
                        step_index: int | None, key: str, ref: str = "") -> int:
         r = records_t
-        if c.execute(select(r.c.id).where(and_(r.c.trajectory_id == trajectory_id, r.c.key == key))).first():
-            return 0  # a retried post
-        c.execute(insert(r).values(trajectory_id=trajectory_id, step_index=step_index, kind=kind, ref=ref or "",
-                                   key=key, created_at=time.time(), data=_j(data)))
-        return 1
+        res = c.execute(self._insert(r).values(trajectory_id=trajectory_id, step_index=step_index, kind=kind,
+                                               ref=ref or "", key=key, created_at=time.time(), data=_j(data))
+                        .on_conflict_do_nothing(index_elements=[r.c.trajectory_id, r.c.key]))
+        return 1 if res.rowcount else 0  # 0: a retried post
 
     def post_record(self, trajectory_id: str, kind: str, data: dict[str, Any], *, step_index: int | None = None,
                     key: str | None = None, ref: str = "", session: str | None = None,
-                    owner: str | None = None) -> int:
+                    owner: str | None = None, secret: str | None = None) -> int:
         """An agent-reported record (live terminal output, an exact file diff, a search log)."""
         if kind not in ("terminal", "file", "search"):
             raise StoreError(f"record kind must be terminal, file or search, not {kind!r}")
         with self._write() as c:
-            return self._post_record(c, trajectory_id, kind, data, step_index, key, ref, session, owner)
+            return self._post_record(c, trajectory_id, kind, data, step_index, key, ref, session, owner,
+                                     self._presented(trajectory_id, secret, owner))
 
     def _post_record(self, c: Connection, trajectory_id: str, kind: str, data: dict[str, Any],
                      step_index: int | None, key: str | None, ref: str, session: str | None,
-                     owner: str | None = None) -> int:
-        if not isinstance(data, dict):
-            raise StoreError("record data must be an object")
+                     owner: str | None = None, secret: str = "") -> int:
+        data_json = _j(data)
+        check_record(data, data_json)
         if step_index is not None:
             as_index(step_index)
         if not isinstance(ref or "", str) or (key is not None and not isinstance(key, str)):
             raise StoreError("record ref and key must be strings")
-        if self._guard(c, trajectory_id, session, owner) is None:
-            self._check_session(c, trajectory_id, session)  # NotFound for an unregistered trajectory
+        if len(ref or "") > 1024 or len(key or "") > 200:
+            raise StoreError("record ref must be at most 1024 characters, key at most 200")
+        self._guard(c, trajectory_id, session, owner, secret)
         n = self._insert_record(c, trajectory_id, kind, data, step_index=step_index,
                                 key=f"agent:{key or uuid.uuid4().hex}", ref=ref)
         if n:
@@ -386,20 +429,21 @@ class GuidanceStore(Database, StoreReads):
         return n
 
     def end(self, trajectory_id: str, status: str = "finished", *, final_score: float | None = None,
-            session: str | None = None, owner: str | None = None) -> None:
+            session: str | None = None, owner: str | None = None, secret: str | None = None) -> None:
         """The trajectory is over; what it never took (or took but never recorded) expires."""
         with self._write() as c:
-            self._end(c, trajectory_id, status, final_score, session, owner)
+            self._end(c, trajectory_id, status, final_score, session, owner,
+                      self._presented(trajectory_id, secret, owner))
         LIVE.discard(trajectory_id)
 
     def _end(self, c: Connection, trajectory_id: str, status: str, final_score: float | None,
-             session: str | None, owner: str | None = None) -> None:
+             session: str | None, owner: str | None = None, secret: str = "") -> None:
         if status not in ("finished", "error", "killed", "timeout", "cancelled"):
             raise StoreError(f"end status must be finished, error, killed, timeout or cancelled, not {status!r:.40}")
         if final_score is not None and (isinstance(final_score, bool) or not isinstance(final_score, (int, float))
                                         or not -1e12 < float(final_score) < 1e12):
             raise StoreError("final_score must be a finite number")
-        self._guard(c, trajectory_id, session, owner)
+        self._guard(c, trajectory_id, session, owner, secret)
         now = time.time()
         vals: dict[str, Any] = {"status": status, "updated_at": now, "ended_at": now}
         if final_score is not None:
@@ -415,16 +459,17 @@ class GuidanceStore(Database, StoreReads):
         self._event(c, "trajectory", trajectory_id, status=status, final_score=final_score)
 
     def take_pending(self, trajectory_id: str, step_index: int, now: float | None = None, *,
-                     owner: str | None = None) -> list[Guidance]:
+                     owner: str | None = None, secret: str | None = None) -> list[Guidance]:
         """Guidance that is due, in posting order, marked delivered at ``step_index`` (exactly once).
 
         Idempotent per step: asking again for the same step returns what that step already got
         (plus what became due since), so a retried request loses nothing.
         """
         now = time.time() if now is None else now
+        step_index = as_index(step_index)
         with self._write() as c:
-            self._check_owner(c, trajectory_id, owner)
-            rows = self._take(c, trajectory_id, as_index(step_index), now)
+            self._guard(c, trajectory_id, None, owner, self._presented(trajectory_id, secret, owner))
+            rows = self._take(c, trajectory_id, step_index, now)
         return [to_guidance(r) for r in rows]
 
     def _take(self, c: Connection, trajectory_id: str, step_index: int, now: float) -> list[dict[str, Any]]:
@@ -453,19 +498,24 @@ class GuidanceStore(Database, StoreReads):
             self._event(c, "guidance", trajectory_id, guidance_id=r.guidance_id, state="delivered",
                         step=step_index)
 
-    def pending(self, trajectory_ids: Iterable[str], now: float | None = None, *,
+    def pending(self, trajectory_ids: Iterable[str] | dict[str, str], now: float | None = None, *,
                 owner: str | None = None) -> dict[str, list[dict[str, Any]]]:
         """Due, authenticated pending guidance per trajectory, in order, without taking it (the agent's
-        poll). With ``owner``, only the trajectories that owner registered are answered."""
-        ids = list(dict.fromkeys(trajectory_ids))
-        if not ids:
+        poll). ``trajectory_ids``: ``{trajectory: secret}`` (or ids: the secrets this store object
+        holds). Only the rollouts whose secret (and, with ``owner``, owner) matches are answered."""
+        creds = (dict(trajectory_ids) if isinstance(trajectory_ids, dict)
+                 else dict.fromkeys(trajectory_ids))
+        if not creds:
             return {}
         now = time.time() if now is None else now
         g, t = guidance_t, trajectories_t
         with self._read() as c:
-            if owner:
-                ids = [r.trajectory_id for r in c.execute(select(t.c.trajectory_id, t.c.owner).where(
-                    t.c.trajectory_id.in_(ids))) if not r.owner or r.owner == owner]
+            ids = [r.trajectory_id for r in c.execute(
+                select(t.c.trajectory_id, t.c.owner, t.c.session, t.c.epoch).where(t.c.trajectory_id.in_(list(creds))))
+                if (not owner or not r.owner or r.owner == owner)
+                and self._secret_ok(r, self._presented(r.trajectory_id, creds[r.trajectory_id], owner))]
+            if not ids:
+                return {}
             # the next step boundary of a trajectory is its step count (steps 0..n-1 are posted)
             nxt = select(t.c.step_count).where(t.c.trajectory_id == g.c.trajectory_id).scalar_subquery()
             rows = c.execute(select(g).where(and_(g.c.trajectory_id.in_(ids), g.c.status == "pending",
@@ -487,16 +537,20 @@ class GuidanceStore(Database, StoreReads):
 
     def deliver(self, trajectory_id: str, step_index: int, guidance_ids: list[str],
                 delivered_at: float | None = None, session: str | None = None,
-                owner: str | None = None) -> list[dict[str, Any]]:
+                owner: str | None = None, secret: str | None = None) -> list[dict[str, Any]]:
         """Mark messages the agent injected at ``step_index`` as delivered (idempotent)."""
         with self._write() as c:
-            return self._deliver(c, trajectory_id, as_index(step_index), guidance_ids, delivered_at, session, owner)
+            return self._deliver(c, trajectory_id, as_index(step_index), guidance_ids, delivered_at, session, owner,
+                                 self._presented(trajectory_id, secret, owner))
 
     def _deliver(self, c: Connection, trajectory_id: str, step_index: int, guidance_ids: list[str],
-                 delivered_at: float | None, session: str | None, owner: str | None = None) -> list[dict[str, Any]]:
+                 delivered_at: float | None, session: str | None, owner: str | None = None,
+                 secret: str = "") -> list[dict[str, Any]]:
         if not isinstance(guidance_ids, list) or not all(isinstance(x, str) for x in guidance_ids):
             raise StoreError("guidance_ids must be a list of strings")
-        self._guard(c, trajectory_id, session, owner)
+        if delivered_at is not None and (isinstance(delivered_at, bool) or not isinstance(delivered_at, (int, float))):
+            raise StoreError("delivered_at must be a number")
+        self._guard(c, trajectory_id, session, owner, secret)
         at = time.time() if delivered_at is None else float(delivered_at)
         if not -1e12 < at < 1e12:
             raise StoreError("delivered_at must be a finite time")
@@ -511,11 +565,16 @@ class GuidanceStore(Database, StoreReads):
     def apply_ops(self, ops: list[dict[str, Any]], *, owner: str | None = None) -> list[dict[str, Any]]:
         """Apply a batch of agent operations in order, in one transaction (the service's sync call).
 
-        Each op is ``{"op": register|step|deliver|record|end, "trajectory_id": …, "session": …, …}``.
-        A stale-session op is answered ``{"error": "stale_session"}`` and skipped, an op on another
-        owner's trajectory ``{"error": "forbidden"}``; the others apply.
+        Each op is ``{"op": register|step|deliver|record|end, "trajectory_id": …, "session": …,
+        "secret": …, …}``; every op but ``register`` needs the rollout's ``secret``, and so does a
+        register of a rollout that is already registered (a resume). A stale-session op is answered
+        ``{"error": "stale_session"}`` and skipped, an op without the rollout's secret or on another
+        owner's trajectory ``{"error": "forbidden"}``, one on an unregistered rollout
+        ``{"error": "not_found"}``; the others apply. A malformed op (or one over a size limit)
+        fails the whole batch (4xx), so the client can find it and drop only it.
         """
         results: list[dict[str, Any]] = []
+        held: dict[str, str] = {}
         with self._write() as c:
             for op in ops:
                 if not isinstance(op, dict):
@@ -525,31 +584,32 @@ class GuidanceStore(Database, StoreReads):
                     raise StoreError("every op needs a trajectory_id (a string)")
                 if sess is not None and not isinstance(sess, str):
                     raise StoreError("session must be a string")
-                try:
-                    with c.begin_nested():
-                        if kind == "register":
-                            res: Any = self._register(c, tid, op.get("task_id") or "?", op.get("meta"), sess, owner)
-                        elif kind == "step":
-                            summ = op.get("summary")
-                            res = self._post_step(c, tid, as_index(op["step_index"]), op.get("tool"),
-                                                  op.get("arguments") or {}, op.get("observation") or "",
-                                                  op.get("assistant_text") or "", op.get("detail") or {},
-                                                  op.get("guidance_ids"), sess,
-                                                  summ if isinstance(summ, dict) else None, owner)
-                        elif kind == "deliver":
-                            res = [r["guidance_id"] for r in self._deliver(
-                                c, tid, as_index(op["step_index"]), op.get("guidance_ids") or [],
-                                op.get("delivered_at"), sess, owner)]
-                        elif kind == "record":
-                            if op.get("kind") not in ("terminal", "file", "search"):
-                                raise StoreError(f"bad record kind {op.get('kind')!r}")
-                            res = self._post_record(c, tid, op["kind"], op.get("data") or {}, op.get("step_index"),
-                                                    op.get("key"), op.get("ref") or "", sess, owner)
-                        elif kind == "end":
-                            self._end(c, tid, op.get("status") or "finished", op.get("final_score"), sess, owner)
-                            res = True
-                        else:
-                            raise StoreError(f"unknown op {kind!r}")
+                sec = self._presented(tid, op.get("secret"), owner)
+                try:  # the refusals below are raised by the checks, before an op writes anything
+                    if kind == "register":
+                        res: Any = self._register(c, tid, op.get("task_id") or "?", op.get("meta"), sess,
+                                                  owner, sec)
+                        if owner is None:
+                            held[tid] = res["secret"]
+                    elif kind == "step":
+                        res = self._post_step(c, tid, as_index(op["step_index"]), op.get("tool"),
+                                              op.get("arguments") or {}, op.get("observation") or "",
+                                              op.get("assistant_text") or "", op.get("detail") or {},
+                                              op.get("guidance_ids"), sess, op.get("summary"), owner, sec)
+                    elif kind == "deliver":
+                        res = [r["guidance_id"] for r in self._deliver(
+                            c, tid, as_index(op["step_index"]), op.get("guidance_ids") or [],
+                            op.get("delivered_at"), sess, owner, sec)]
+                    elif kind == "record":
+                        if op.get("kind") not in ("terminal", "file", "search"):
+                            raise StoreError(f"bad record kind {op.get('kind')!r:.40}")
+                        res = self._post_record(c, tid, op["kind"], op.get("data") or {}, op.get("step_index"),
+                                                op.get("key"), op.get("ref") or "", sess, owner, sec)
+                    elif kind == "end":
+                        self._end(c, tid, op.get("status") or "finished", op.get("final_score"), sess, owner, sec)
+                        res = True
+                    else:
+                        raise StoreError(f"unknown op {kind!r:.40}")
                     results.append({"ok": True, "result": res})
                 except StaleSession as e:
                     results.append({"ok": False, "error": "stale_session", "detail": str(e)})
@@ -561,6 +621,7 @@ class GuidanceStore(Database, StoreReads):
                     raise
                 except (KeyError, TypeError, ValueError, OverflowError) as e:
                     raise StoreError(f"bad {kind!r:.40} op: {type(e).__name__}: {str(e)[:200]}") from e
+        self._held.update(held)
         return results
 
     # --- annotator side ---------------------------------------------------------------------
@@ -577,8 +638,10 @@ class GuidanceStore(Database, StoreReads):
 
     def add_guidance(self, trajectory_id: str, text: str, *, author: str = "annotator", delay_s: float = 0.0,
                      meta: dict[str, Any] | None = None, guidance_id: str | None = None,
-                     at_step: int | None = None) -> dict[str, Any]:
-        """Like :meth:`post_guidance`; returns the stored row (``created`` False for a retry)."""
+                     at_step: int | None = None, running_only: bool = False) -> dict[str, Any]:
+        """Like :meth:`post_guidance`; returns the stored row (``created`` False for a retry).
+        ``running_only``: a new message for a rollout that is not registered is :class:`NotFound`,
+        for one that has ended :class:`NotRunning` (checked in the same transaction)."""
         if at_step is not None:
             as_index(at_step, "at_step")
         if not isinstance(text, str) or not text.strip():
@@ -591,17 +654,24 @@ class GuidanceStore(Database, StoreReads):
         tag = guidance_tag(self.key, guidance_id=gid, trajectory_id=trajectory_id, text=text, author=author,
                            created_at=now)
         try:
-            with self._write() as c:
+            with self._write(urgent=True) as c:  # a person waits on this: ahead of the agents' batches
                 old = c.execute(select(g).where(g.c.guidance_id == gid)).first()
                 if old is not None:
                     if old.trajectory_id != trajectory_id or old.text != text:
                         raise StoreError(f"guidance id {gid!r} is already used for another message")
                     return {**_guidance_dict(old), "created": False}
-                c.execute(insert(g).values(guidance_id=gid, trajectory_id=trajectory_id, text=text, author=author,
-                                           created_at=now, available_at=now + max(0.0, float(delay_s)),
-                                           meta=_j(meta or {}), auth_tag=tag, at_step=at_step))
+                if running_only:
+                    t = trajectories_t
+                    st = c.execute(select(t.c.status).where(t.c.trajectory_id == trajectory_id)).scalar()
+                    if st is None:
+                        raise NotFound(f"no trajectory {trajectory_id!r}")
+                    if st != "running":
+                        raise NotRunning(f"trajectory {trajectory_id} is {st}: guidance would never be delivered")
+                row = c.execute(insert(g).values(guidance_id=gid, trajectory_id=trajectory_id, text=text,
+                                                 author=author, created_at=now,
+                                                 available_at=now + max(0.0, float(delay_s)), meta=_j(meta or {}),
+                                                 auth_tag=tag, at_step=at_step).returning(*g.c)).one()
                 self._event(c, "guidance", trajectory_id, guidance_id=gid, state="pending")
-                row = c.execute(select(g).where(g.c.guidance_id == gid)).one()
                 return {**_guidance_dict(row), "created": True}
         except IntegrityError:  # the same id inserted concurrently by a retry (PostgreSQL)
             with self._read() as c:

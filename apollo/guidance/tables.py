@@ -93,7 +93,7 @@ events_t = Table(
 )
 
 
-_ENGINES: dict[tuple[Any, ...], tuple[Engine, threading.Lock | None]] = {}
+_ENGINES: dict[tuple[Any, ...], tuple[Engine, Any]] = {}  # key -> (engine, its WriteLock or None)
 _ENGINES_LOCK = threading.Lock()
 
 
@@ -121,6 +121,12 @@ def as_index(v: Any, what: str = "step_index") -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_INDEX:
         raise StoreError(f"{what} must be an integer between 0 and {MAX_INDEX}, not {v!r:.40}")
     return v
+
+
+class NotRunning(StoreError):
+    """Guidance for a rollout that has ended: it would never be delivered."""
+
+    status = 409
 
 
 class StaleSession(StoreError):

@@ -31,6 +31,16 @@ from apollo.schema import Guidance
 log = logging.getLogger(__name__)
 
 EVAL_BUDGET = 3  # evals an agent may call itself (InnovatorBench), unless the rollout's meta says otherwise
+MAX_VIEW_STEPS = 100_000  # a rebuilt trajectory holds at most this many steps (a bad row cannot make it huge)
+MAX_SUMMARY_INDEX = 10_000
+
+
+def _messages(v: Any) -> list[dict[str, Any]] | None:
+    """``v`` if it is a list of chat messages (``role`` and ``content`` strings), else None."""
+    if not isinstance(v, list):
+        return None
+    ok = all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in v)
+    return v if ok else None
 
 
 def _action_text(tool: str | None, arguments: Any) -> str:
@@ -57,33 +67,45 @@ def trajectory_so_far(store: GuidanceStore, trajectory_id: str, upto: int | None
             by_step.setdefault(g["delivered_step"], []).append(to_guidance(g))
     rows = {s["step_index"]: s for s in store.steps(trajectory_id, 0, full=True)}
     n = upto if upto is not None else (max(rows) + 1 if rows else 0)
+    if n > MAX_VIEW_STEPS:
+        notes.append(f"only the first {MAX_VIEW_STEPS} of {n} steps are shown")
+        n = MAX_VIEW_STEPS
     steps = []
     for i in range(n):
         s = rows.get(i)
         if s is None:
             notes.append(f"step {i} was not reported")
             s = {"tool": None, "arguments": {}, "observation": "", "assistant_text": "", "detail": {}}
+        for what in s.get("skipped") or []:
+            notes.append(f"step {i}: {what} (skipped)")
         d = s.get("detail") if isinstance(s.get("detail"), dict) else {}
         if not s.get("assistant_text"):
             notes.append(f"step {i}: the model's text was not reported (only its action)")
         obs = d.get("observation") if isinstance(d.get("observation"), dict) else {}
         args = s["arguments"] if isinstance(s["arguments"], dict) else {}
         code = obs.get("exit_code")
-        steps.append(Step(
-            index=i, assistant_text=s.get("assistant_text") or _action_text(s["tool"], args),
-            action=Action(tool=s["tool"], arguments=args,
-                          parse_error=d.get("parse_error") if isinstance(d.get("parse_error"), str)
-                          else (None if s["tool"] else "invalid action")),
-            observation=Observation(text=s["observation"], truncated=bool(obs.get("truncated")),
-                                    error=bool(obs.get("error")), refused=bool(obs.get("refused")),
-                                    exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None),
-            guidance=by_step.get(i, []),
-        ))
+        try:
+            steps.append(Step(
+                index=i, assistant_text=s.get("assistant_text") or _action_text(s["tool"], args),
+                action=Action(tool=s["tool"], arguments=args,
+                              parse_error=d.get("parse_error") if isinstance(d.get("parse_error"), str)
+                              else (None if s["tool"] else "invalid action")),
+                observation=Observation(text=s["observation"], truncated=bool(obs.get("truncated")),
+                                        error=bool(obs.get("error")), refused=bool(obs.get("refused")),
+                                        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None),
+                guidance=by_step.get(i, []),
+            ))
+        except (ValueError, TypeError) as e:  # a row an older or broken writer left: show the others
+            notes.append(f"step {i}: the stored row is malformed and was skipped ({type(e).__name__})")
+            steps.append(Step(index=i, assistant_text="(a malformed step row, skipped)",
+                              action=Action(tool=None, arguments={}, parse_error="malformed row"),
+                              observation=Observation(text=""), guidance=by_step.get(i, [])))
     meta = traj.get("meta") or {}
-    prefix = meta.get("prefix_messages")
-    if not isinstance(prefix, list):
+    prefix = _messages(meta.get("prefix_messages"))
+    if prefix is None:
         prefix = []
-        notes.insert(0, "the system prompt and task text were not reported at registration")
+        notes.insert(0, "the system prompt and task text were not reported at registration"
+                     + (" (the stored ones are malformed and were skipped)" if meta.get("prefix_messages") else ""))
     return Trajectory(trajectory_id=trajectory_id, task_id=traj["task_id"], split="train",
                       domain=str(meta.get("domain") or "?"), policy_id=str(meta.get("policy_id") or "?"),
                       prefix_messages=prefix, steps=steps), by_step
@@ -103,7 +125,7 @@ def context_window(store: GuidanceStore, trajectory_id: str, step_index: int) ->
     from apollo.schema import Summary
 
     target = store.step(trajectory_id, step_index)
-    detail = target.get("detail") or {}
+    detail = target.get("detail") if isinstance(target.get("detail"), dict) else {}
     human_texts = {guidance_message(to_guidance(g))["content"]
                    for g in _authenticated(store, trajectory_id, store.guidance(trajectory_id, status="delivered"))
                    if g["delivered_step"] is not None and g["delivered_step"] <= step_index}
@@ -112,23 +134,35 @@ def context_window(store: GuidanceStore, trajectory_id: str, step_index: int) ->
         return [k for k, m in enumerate(msgs) if isinstance(m, dict) and m.get("role") == "user"
                 and m.get("content") in human_texts]
 
-    if isinstance(detail.get("context"), list):
-        msgs = detail["context"]
-        return {"messages": msgs, "source": "agent", "notes": [], "human": human(msgs)}
     notes: list[str] = []
+    if "context" in detail:
+        msgs = _messages(detail["context"])
+        if msgs is not None:
+            return {"messages": msgs, "source": "agent", "notes": [], "human": human(msgs)}
+        notes.append("the agent-reported context window is malformed and was skipped: rebuilt from the steps")
     t, by_step = trajectory_so_far(store, trajectory_id, step_index, notes)
-    ctx = detail.get("context_ref") or {}
-    si = ctx.get("summary_index")
+    ctx = detail.get("context_ref") if isinstance(detail.get("context_ref"), dict) else {}
+    si, first = ctx.get("summary_index"), ctx.get("first_step") or 0
+    if si is not None and (isinstance(si, bool) or not isinstance(si, int) or not 0 <= si <= MAX_SUMMARY_INDEX):
+        notes.append(f"the step's summary index {si!r:.40} is malformed and was skipped")
+        si = None
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= step_index:
+        notes.append(f"the step's first verbatim step {first!r:.40} is malformed and was skipped")
+        first = 0
     if si is not None:
         got = {r["ref"]: r["data"] for r in store.records(trajectory_id, "summary")}
-        for k in range(int(si) + 1):
+        for k in range(si + 1):
             d = got.get(str(k)) or {"index": k, "covers_from": 0, "covers_to": 0, "before_step": 0,
                                     "text": "(summary not reported to the service)"}
-            t.summaries.append(Summary.model_validate(d))
+            try:
+                t.summaries.append(Summary.model_validate(d))
+            except ValueError:
+                notes.append(f"the stored summary #{k} is malformed and was skipped")
+                t.summaries.append(Summary(index=k, covers_from=0, covers_to=0, before_step=0,
+                                           text="(a malformed summary, skipped)"))
         if str(si) not in got:
             notes.append(f"the summary #{si} this window starts with was not reported")
-    msgs = context_messages(t, step_index, first_step=int(ctx.get("first_step") or 0),
-                            summary_index=None if si is None else int(si),
+    msgs = context_messages(t, step_index, first_step=first, summary_index=si,
                             pending_guidance=by_step.get(step_index, []))
     return {"messages": msgs, "source": "rebuilt", "notes": sorted(set(notes), key=notes.index)[:20],
             "human": human(msgs)}

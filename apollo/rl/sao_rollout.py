@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, kv_of, sample_token
+from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, sample_token
 from apollo.env.sanity import CountdownEnv, CountdownTask
 
 
@@ -71,7 +71,7 @@ class PolicyServer:
         self.batcher = None
         if int(max_batch) > 1:
             self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=[self.eos_id],
-                                         sample=self._sample, prefill=self._prefill, max_len=max_len)
+                                         sample=self._sample, max_len=max_len)
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> int:
         with self._gate:
@@ -87,11 +87,6 @@ class PolicyServer:
 
     def _sample(self, logits: torch.Tensor, gen: torch.Generator) -> tuple[int, float, float]:
         return sample_token(logits, gen, self.temperature)
-
-    def _prefill(self, ids: list[int]) -> tuple[int, torch.Tensor, list]:
-        with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
-        return 0, out.logits[0, -1].float(), kv_of(out.past_key_values)
 
     @torch.no_grad()
     def generate(self, ids: list[int], seed: int) -> tuple[list[int], list[float], list[float], int]:

@@ -8,7 +8,7 @@ only a few fields (tests, the CLI with a bare YAML) overlay them on the reposito
 ``params.yaml`` ``train`` section with :func:`overlay_defaults` / :func:`train_config`.
 
 YAML 1.1 reads ``5e-6`` (no dot) as a string; numeric fields are coerced (or the field is named).
-``bf16: auto`` becomes ``torch.cuda.is_available()``. Batch: ``global_batch_size`` (rows per
+``bf16: auto`` becomes :func:`apollo.config.fast_bf16` (CUDA, or a CPU with native bf16). Batch: ``global_batch_size`` (rows per
 optimizer step) = ``micro_batch_size × grad_accum × world_size``; give ``grad_accum`` or
 ``global_batch_size`` (the other ``null``).
 """
@@ -129,9 +129,9 @@ def loop_config(mapping: Mapping[str, Any], seed: int | None = None, *, where: s
     _check_fields(m, LOOP_FIELDS, LOOP_FIELDS, where)
     m = _coerce(m, TrainConfig, where)
     if m["bf16"] == "auto":
-        import torch
+        from apollo.config import fast_bf16
 
-        m["bf16"] = torch.cuda.is_available()
+        m["bf16"] = fast_bf16()
     cfg = TrainConfig(**m)
     for name in ("micro_batch_size", "max_length", "log_every"):
         if getattr(cfg, name) < 1:
