@@ -588,7 +588,14 @@ def gpus_used(cmd: str) -> int | None:
 def gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     """(is a GPU job, GPUs it uses; None: every GPU it finds) of run_command ``i``, from the command,
     the provided script's usage line (CPU tools, the launcher it runs inside, its default TP) or the
-    code of the agent's own script."""
+    code of the agent's own script (computed once per step)."""
+    cache = f.__dict__.setdefault("_gpu_job", {})
+    if i not in cache:
+        cache[i] = _gpu_job(f, i)
+    return cache[i]
+
+
+def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     cmd = f.command(i)
     m = _CUDA_DEV_RE.search(cmd)
     if m:
@@ -667,7 +674,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             cmd = " ".join(f.command(i).split())
             runs = f.script_runs(i)
             is_job = bool(runs) or f.background(i) or bool(_LAUNCHER_RE.search(cmd))
-            gpu, used = gpu_job(f, i) if pool else (False, None)
+            gpu, used = gpu_job(f, i) if pool and pool >= 2 else (False, None)
             twin = next((j for j in f.jobs_before[i] if runs and f.background(i) and j.session != f.session(i)
                          and set(runs) & set(f.script_runs(j.step))), None) if gpu or f.is_server(i) else None
             if p.flag_reruns and is_job and cmd in done_cmds:

@@ -384,7 +384,14 @@ def _count_breaches(f: Facts, d: Directive) -> dict[int, str]:
 
 
 def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
-    """(step, reason) for every action that contradicts an earlier explicit directive."""
+    """(step, reason) for every action that contradicts an earlier explicit directive (once per facts)."""
+    cache = f.__dict__.setdefault("_violations", {})
+    if window not in cache:
+        cache[window] = _violations(f, window)
+    return cache[window]
+
+
+def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
     dirs = directives(f)
     if not dirs:
         return []
