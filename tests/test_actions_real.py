@@ -63,20 +63,20 @@ REJECTED = [
     ("bad_fence", "```json\n{'name': 'list_files', 'arguments': {'path': '.'}}\n```", "invalid_action",
      ["no <tool_call> block", "double quotes"]),
     ("single_quotes", "<tool_call>\n{'name': 'list_files', 'arguments': {'path': '.'}}\n</tool_call>",
-     "compile_error", ["single-quoted string", "double quotes"]),
+     "malformed_json", ["single-quoted string", "double quotes"]),
     ("trailing_comma", '<tool_call>\n{"name": "list_files", "arguments": {"path": ".",}}\n</tool_call>',
-     "compile_error", ["trailing comma before '}'"]),
+     "malformed_json", ["trailing comma before '}'"]),
     ("python_true", ('<tool_call>\n{"name": "run_command", "arguments": {"command": "ls", "wait_for_completion": True}}'
-     "\n</tool_call>"), "compile_error", ["Python True", "true"]),
+     "\n</tool_call>"), "malformed_json", ["Python True", "true"]),
     ("raw_newline", '<tool_call>\n{"name": "create_file", "arguments": {"path": "a", "content": "x\ny"}}\n</tool_call>',
-     "compile_error", ["raw newline", "\\n"]),
-    ("missing_colon", '<tool_call>\n{"name": "open_file", "arguments": {"path" "x"}}\n</tool_call>', "compile_error",
+     "malformed_json", ["raw newline", "\\n"]),
+    ("missing_colon", '<tool_call>\n{"name": "open_file", "arguments": {"path" "x"}}\n</tool_call>', "malformed_json",
      ["Expecting ':' delimiter", "line 1 column"]),
-    ("two_objects_one_block", f"<tool_call>\n{CALL}\n{CALL}\n</tool_call>", "compile_error",
+    ("two_objects_one_block", f"<tool_call>\n{CALL}\n{CALL}\n</tool_call>", "malformed_json",
      ["more than one JSON value"]),
-    ("empty_block", "<tool_call></tool_call>", "compile_error", ["empty"]),
+    ("empty_block", "<tool_call></tool_call>", "malformed_json", ["empty"]),
     ("string_arguments_not_json", '<tool_call>\n{"name": "run_command", "arguments": "ls -la"}\n</tool_call>',
-     "compile_error", ["'ls -la'", "must be a JSON object"]),
+     "malformed_json", ["'ls -la'", "must be a JSON object"]),
     ("both_arguments_and_parameters",
      '<tool_call>\n{"name": "list_files", "arguments": {}, "parameters": {"path": "."}}\n</tool_call>',
      "invalid_action", ["both 'arguments' and 'parameters'"]),
@@ -112,12 +112,12 @@ def test_near_misses_that_are_rejected_say_what_was_wrong_and_the_format(
         assert w in err, (w, err)
     # the expected format (or a filled-in example of it) is part of every message
     assert EXPECTED in err or '<tool_call>{"name": "run_command", "arguments": {"command": "ls"}}</tool_call>' in err
-    # the masks: JSON that does not parse is a compile error, every other miss an invalid action
-    assert is_json_error(err) == (category == "compile_error")
+    # the masks: every miss is an invalid action (issue 33's taxonomy); JSON that does not parse by its own rule
+    assert is_json_error(err) == (category == "malformed_json")
     step = Step(index=0, assistant_text=text, action=r.action, observation=Observation(text=f"Invalid action: {err}."))
     rule, _ = rules.first_match(step)
-    assert rule.category == category, (rule.id, err)
-    assert rule.id == ("malformed_tool_call" if category == "compile_error" else "invalid_action")
+    assert rule.category == "invalid_action", (rule.id, err)
+    assert rule.id == ("malformed_tool_call" if category == "malformed_json" else "invalid_action")
 
 
 def test_stored_bare_prefixes_of_older_records_stay_json_errors() -> None:

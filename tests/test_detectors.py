@@ -166,7 +166,7 @@ def test_default_rules_tool_errors_and_content_views():
         (st(0, "run_command", {}, "Error: run_command needs argument 'command' (string). Usage: ...", error=True),
          "invalid_tool_call"),
         (st(0, "open_file", {"path": "x.py"}, "Error: x.py is not a file.", error=True), "tool_error"),
-        (st(0, "eval", {}, "Refused: eval budget exhausted (3/3 used).", refused=True), "refused_tool_call"),  # explicit_failure
+        (st(0, "eval", {}, "Refused: eval budget exhausted (3/3 used).", refused=True), "refused_tool_call"),  # refused_action
         (run("python f.py --min-quality 45", "$ python f.py\nkept 0 of 440 records -> output/f.jsonl\n\n[finished, exit code 0]"),
          "empty_output"),
         (run("cat x", "$ cat x\ncat: x: Permission denied\n\n[finished, exit code 1]", 1), "explicit_failure"),
@@ -276,8 +276,17 @@ def test_resource_waste_is_compute_use_not_waiting():
     d = drops(t, "resource_waste")
     assert sorted(d) == [1, 5, 8], d  # waiting (2, 9), foreground blocking (10-12) and cheap re-runs (14) are kept
     assert "re-ran the finished job" in d[1] and "busy polling" in d[5] and "(step 3)" in d[8]
-    assert sorted(drops(t, "resource_waste", params=DetectorParams(flag_idle_sleep=True))) == [1, 2, 5, 8, 9]
-    assert sorted(drops(t, "resource_waste", params=DetectorParams(flag_reruns=False, flag_busy_polling=False))) == []
+    # idle sleeps count from idle_sleep_min_s (600 s): the 5 s ones are waiting; with a 1 s floor, 2 and 9 (no job
+    # running) are waste, 6 (the background job still running) is not
+    assert sorted(drops(t, "resource_waste", params=DetectorParams(idle_sleep_min_s=1))) == [1, 2, 5, 8, 9]
+    assert sorted(drops(t, "resource_waste", params=DetectorParams(flag_reruns=False, flag_busy_polling=False,
+                                                                   flag_idle_sleep=False))) == []
+    long_idle = traj(st(0, "check_session_idle", {"session_id": "train"}, "Session 'train' is idle."),
+                     st(1, "sleep", {"seconds": 1800}, "Slept 1800 s."))
+    assert "slept 1800 s with no job left to wait for" in drops(long_idle, "resource_waste")[1]
+    busy = traj(st(0, "run_command", {"command": "python scripts/train.py --config c", "session_id": "train",
+                                      "wait_for_completion": False}, BG), st(1, "sleep", {"seconds": 1800}, "Slept 1800 s."))
+    assert 1 not in drops(busy, "resource_waste")  # waiting for a running job
 
 
 def test_inefficient_inference_by_what_runs():
@@ -364,8 +373,9 @@ def test_mask_keeps_inputs_and_is_deterministic(labeled):
     assert stats["mask.drop_rate"] == pytest.approx(sum(not s.mask.keep for t in a for s in t.steps) / stats["mask.steps"])
 
 
-def test_every_json_parse_error_is_a_compile_error_not_an_invalid_action():
-    """apollo.agent.actions.JSON_ERRORS and the malformed_tool_call rule name the same failures."""
+def test_every_json_parse_error_is_an_invalid_action_by_the_malformed_tool_call_rule():
+    """apollo.agent.actions.JSON_ERRORS and the malformed_tool_call rule name the same failures; since issue 33
+    (InnovatorBench's taxonomy) tool-call JSON that does not parse is an invalid action, not a compile error."""
     from apollo.agent.actions import JSON_ERRORS, is_json_error, parse_action
     from apollo.schema import Observation, Step
     from apollo.supervision.symbolic import RuleSet
@@ -374,9 +384,9 @@ def test_every_json_parse_error_is_a_compile_error_not_an_invalid_action():
     bad_json = parse_action('<tool_call>\n{"name": "open_file", "arguments": {"path" "x"}}\n</tool_call>')
     bad_args = parse_action('<tool_call>\n{"name": "open_file", "arguments": "{path: x}"}\n</tool_call>')
     no_call = parse_action("I will look at the file.")
-    for action, category in [(bad_json, "compile_error"), (bad_args, "compile_error"), (no_call, "invalid_action")]:
+    for action, rule_id in [(bad_json, "malformed_tool_call"), (bad_args, "malformed_tool_call"), (no_call, "invalid_action")]:
         step = Step(index=0, assistant_text="x", action=action, observation=Observation(text="Invalid action: …"))
         rule, _ = rules.first_match(step)
-        assert rule.category == category, (action.parse_error, rule.id)
-        assert is_json_error(action.parse_error) == (category == "compile_error")
+        assert (rule.id, rule.category) == (rule_id, "invalid_action"), action.parse_error
+        assert is_json_error(action.parse_error) == (rule_id == "malformed_tool_call")
     assert [bad_json.parse_error.startswith(JSON_ERRORS[0]), bad_args.parse_error.startswith(JSON_ERRORS[1])] == [True, True]

@@ -26,7 +26,7 @@ def step(i, tool="run_command", args=None, obs="ok", exit_code=0, refused=False,
     ("error: could not open data", 2, False, None, "runtime_error"),
     ("bash: foo: command not found", 127, False, None, "explicit_failure"),
     ("cat: data/x.jsonl: No such file or directory", 1, False, None, "explicit_failure"),
-    ("Refused: kill is not allowed, use kill_session_processes", None, True, None, "explicit_failure"),
+    ("Refused: kill is not allowed, use kill_session_processes", None, True, None, "refused_action"),
     ("", None, False, "I will just think about it.", "invalid_action"),
 ])
 def test_symbolic_rules_drop(obs, exit_code, refused, text, category):

@@ -12,29 +12,44 @@ category               drop when (rule part; the LLM judge can add the rest)
 ====================== ======================================================================
 ignore_script          an output is written by hand (cp/head/redirect/create_file/python -c)
                        or by the agent's own script while a provided script that writes
-                       outputs was not run (successfully) before — judged by what it runs
-inefficient_inference  a command *runs* plain transformers generation (``--backend hf``, a
-                       script whose known code calls ``.generate``/``pipeline``, ``python -c``)
-                       while vLLM is available (said by the task and not negated, or shown
-                       installed; "vLLM is not installed" means unavailable)
-invalid_action         no well-formed tool call (JSON that does not parse is a compile_error),
-                       empty response, unknown tool, missing / unknown / empty arguments
-performance_regression a workspace change after an eval, when the best score so far was
-                       high (≥ ``regression_high_score``) and the next eval scores lower;
-                       exploration from a low score is kept
-blind_edit             editing (edit_file, create_file overwrite, ``sed -i``) a file not
-                       viewed (open_file, cat, …) or created before
-resource_waste         compute use, not waiting: a GPU job launched on at most half the free
-                       GPUs of the task's pool (``python train.py`` on an 8-GPU machine,
-                       ``--nproc_per_node 1`` on 4), polling a busy job again without waiting,
-                       re-running an identical finished job with nothing changed
-violate_instruction    an action contradicting an explicit directive of earlier guidance
-                       (:mod:`apollo.supervision.instructions`); the judge covers the rest
-improper_eval          eval while a result-producing job is not seen finished (session state,
-                       its log or its output files; a persistent server never blocks evals),
-                       before its output exists (the eval says it is missing), with nothing
-                       changed since the last eval, or past the eval budget (a first eval of
-                       the untouched workspace: ``flag_eval_before_change``)
+                       outputs was not run (successfully) before — judged by what it runs;
+                       or the agent writes its own version of a provided script (same
+                       function by name: check_answers.py / verify_answers.py; not a wrapper
+                       that calls it, not a model-based check of a CPU tool) — the file and
+                       each run of it
+inefficient_inference  a script the agent writes generates one sample at a time in a loop
+                       (transformers ``.generate`` while vLLM is available, vLLM's
+                       ``llm.generate`` per prompt, an API client with no concurrency) — the
+                       file and each run; or a command *runs* plain transformers generation
+                       (``--backend hf``, a script whose code calls ``.generate``/``pipeline``,
+                       ``python -c``) while vLLM is available
+invalid_action         no well-formed tool call (JSON that does not parse: rules.yaml
+                       ``malformed_tool_call``), empty response, unknown tool, missing /
+                       unknown / empty arguments
+performance_regression the change after an eval (an edit, or a new command whose output a later
+                       change uses or the evaluation reads; not the identical re-run or
+                       retrain) when the best score so far was ≥ ``regression_high_score``
+                       and the next eval scores below it; exploration from a low score is kept;
+                       a breach of a directive is violate_instruction instead
+blind_edit             editing (edit_file, create_file overwrite, ``sed -i``) a file, or lines
+                       of it, not shown (open_file's range, an edit's echo) or created before
+resource_waste         compute left idle: a GPU job (by the command, the provided script's
+                       usage line — CPU tools are none, a launcher script takes the GPUs it
+                       says — or the agent's code) on at most half the free GPUs of the pool,
+                       short checks (bench/eval/score scripts) excepted; a second copy of a
+                       running job; a sleep ≥ ``idle_sleep_min_s`` with no job to wait for;
+                       polling a busy job again without waiting; re-running an identical
+                       finished job with nothing changed
+violate_instruction    an action breaching an explicit directive of earlier guidance
+                       (:mod:`apollo.supervision.instructions`: bounds, keep-at, do-not-touch,
+                       flag values, row counts, …); the judge covers the rest
+improper_eval          eval while a job that may write what the evaluation reads (its
+                       ``## Evaluation`` paths) is not seen finished (session state, its log
+                       or its output files; a long-lived server never blocks evals), before its
+                       output exists (the eval says it is missing), with nothing changed since
+                       the last eval, or past the eval budget (a refused eval is a
+                       refused_action; a first eval of the untouched workspace:
+                       ``flag_eval_before_change``)
 ====================== ======================================================================
 
 A detector never raises on odd input (missing arguments, non-string values): it then says nothing.
@@ -43,6 +58,7 @@ A detector never raises on odd input (missing arguments, non-string values): it 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,12 +69,16 @@ from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     SERVER_RE,
+    CPU_DOC_RE,
+    GPU_DOC_RE,
+    covers,
     VLLM_RE,
     Facts,
     TaskInfo,
     is_false,
     norm_path,
     short,
+    signature,
     tool_names,
 )
 
@@ -92,11 +112,12 @@ class DetectorParams:
     """Thresholds of the rule detectors (``mask.detector_params`` in params.yaml)."""
 
     regression_min_drop: float = 1.0  # score points (0-100) the next eval must lose
-    regression_high_score: float = 50.0  # ... from a best score at least this high (else: exploration)
+    regression_high_score: float = 20.0  # ... from a best score at least this high (else: exploration)
     flag_busy_polling: bool = True  # polling a busy job again without waiting in between
     flag_reruns: bool = True  # re-running an identical finished job with nothing changed
     flag_gpu_underuse: bool = True  # a GPU job on at most half the free GPUs of the compute pool
-    flag_idle_sleep: bool = False  # sleeping while no job runs (waiting, not compute use: off by default)
+    flag_idle_sleep: bool = True  # a long sleep (>= idle_sleep_min_s) while no result-producing job runs
+    idle_sleep_min_s: float = 600.0
     flag_eval_before_change: bool = False  # a first eval of the untouched workspace (its output exists)
     default_max_evals: int = 3
     instruction_window: int | None = None  # steps a directive holds (None: to the end; prohibitions always)
@@ -167,12 +188,18 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     docs = f.script_docs
     plan_keys = [k for k in (f.task.plan or []) if k.get("key") and k.get("avoid")]
     used: set[str] = set()  # provided scripts run successfully so far
+    own: dict[str, str] = {}  # the agent's own version of a provided script → that script
     for i in range(f.n):
         tool = f.tools[i]
         if tool not in _WRITE_TOOLS or not f.ok(i):
             continue
         runs = f.script_runs(i)
         provided = [s for s in runs if s in f.scripts]
+        if tool == "create_file" or (runs and any(r in own for r in runs)):
+            reason = _own_version_reason(f, i, own)
+            if reason:
+                out.append(_drop(i, "ignore_script", reason))
+                continue
         if provided:
             if not f.steps[i].observation.exit_code:
                 used.update(provided)
@@ -200,6 +227,70 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     return out
 
 
+# what a script does, by the words of its name (own versions of a provided script: same function)
+_FUNCTION_SYNONYMS = {
+    "check": "verify", "checker": "verify", "verify": "verify", "verif": "verify", "validate": "verify",
+    "answers": "answer", "answer": "answer",
+    "score": "score", "scorer": "score", "scoring": "score", "f1": "score", "metric": "score", "metrics": "score",
+    "eval": "eval", "evaluate": "eval", "evaluation": "eval", "bench": "eval", "benchmark": "eval",
+    "dedup": "dedup", "dedupe": "dedup", "deduplicate": "dedup", "decontaminate": "dedup", "decontam": "dedup",
+    "minhash": "dedup", "train": "train", "trainer": "train", "training": "train", "finetune": "train",
+    "sft": "train", "filter": "filter", "translate": "translate", "translator": "translate",
+    "predict": "translate", "agent": "agent", "runner": "agent", "mix": "mix", "mixer": "mix",
+    "select": "select", "selection": "select", "extract": "extract", "rewrite": "rewrite",
+}
+_QUALIFIERS = {"my", "own", "new", "simple", "lean", "fast", "quick", "custom", "tmp", "v2", "alt", "mini", "dev"}
+
+
+def _function_words(path: str) -> set[str]:
+    base = os.path.basename(path).rsplit(".", 1)[0].lower()
+    return {_FUNCTION_SYNONYMS[w] for w in re.split(r"[_\W]+", base) if w in _FUNCTION_SYNONYMS}
+
+
+def _name_words(path: str) -> set[str]:
+    base = os.path.basename(path).rsplit(".", 1)[0].lower()
+    return {w for w in re.split(r"[_\W]+", base) if w and w not in _QUALIFIERS}
+
+
+def own_version_of(f: Facts, path: str, content: str) -> str | None:
+    """The provided script an agent-written script duplicates (same function by name), or None; a
+    wrapper that calls a provided script is none."""
+    if not path.endswith((".py", ".sh")) or path in f.scripts or f.is_output(path):
+        return None
+    if any(s in content or os.path.basename(s) in content for s in f.scripts):
+        return None  # a wrapper (run_filter.sh) or a module that imports/calls the provided one
+    mine, words = _function_words(path), _name_words(path)
+    uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
+    best = None
+    for s in f.scripts:
+        doc = f.script_docs.get(s, "")
+        if uses_model and CPU_DOC_RE.search(doc):
+            continue  # a model-based check is not the provided CPU tool done again (another method)
+        theirs = _function_words(s)
+        shared = mine & theirs
+        if shared and (shared >= theirs or _name_words(s) <= words | mine):
+            best = s
+            break
+    return best
+
+
+def _own_version_reason(f: Facts, i: int, own: dict[str, str]) -> str | None:
+    tool, args = f.tools[i], f.args[i]
+    if tool == "create_file":
+        path = norm_path(args.get("path"))
+        content = args.get("content")
+        s = own_version_of(f, path, content) if isinstance(content, str) else None
+        if s:
+            own[path] = s
+            return f"writes {path}, its own version of the provided {s}"
+        return None
+    if tool == "run_command":
+        mine = [r for r in f.script_runs(i) if r in own]
+        if mine:
+            return f"runs its own {mine[0]} instead of the provided {own[mine[0]]}"
+    return None
+
+
 _HF_CMD_RE = re.compile(
     r"--(?:backend|engine|inference[-_]backend|framework|generator)(?:=|\s+)['\"]?(?:hf|transformers|huggingface)\b"
     r"|--no[-_]vllm\b|--use[-_]vllm(?:=|\s+)(?:false|0|no)\b",
@@ -213,22 +304,83 @@ def _hf_generation(code: str) -> bool:
     return bool(_HF_CODE_RE.search(code) and _GEN_CODE_RE.search(code) and not VLLM_RE.search(code))
 
 
-@register("inefficient_inference", judge_tools=("run_command",))
+_CONCURRENT_RE = re.compile(r"ThreadPoolExecutor|ProcessPoolExecutor|\basyncio\b|AsyncOpenAI|\bmultiprocessing\b|"
+                            r"concurrent\.futures|\baiohttp\b|\.map\(|\bPool\(")
+_CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.post\(|\bhttpx\.post\(")
+
+
+def _loop_iters_batches(loop: Any) -> bool:
+    """A ``for`` over batches: ``range(a, b, step)`` or a body that slices ``x[i:i + n]``."""
+    import ast
+
+    it = getattr(loop, "iter", None)
+    if isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range" and len(it.args) == 3:
+        return True
+    return any(isinstance(n, ast.Slice) and n.upper is not None for n in ast.walk(loop))
+
+
+@lru_cache(maxsize=2048)
+def one_at_a_time(code: str) -> str | None:
+    """How a script generates one sample at a time in a loop (None: it does not): transformers
+    ``.generate`` per item, vLLM ``llm.generate`` per prompt instead of one batched call, or an API
+    client sending requests strictly one after another (no pool, no asyncio)."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    hf = bool(_HF_CODE_RE.search(code))
+    uses_vllm = bool(re.search(r"\bfrom\s+vllm\b|\bimport\s+vllm\b", code))
+    concurrent = bool(_CONCURRENT_RE.search(code))
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.While, ast.comprehension)) or _loop_iters_batches(loop):
+            continue
+        body = loop.body if hasattr(loop, "body") else []
+        for node in (n for b in body for n in ast.walk(b)):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            src = ast.unparse(node.func)
+            if node.func.attr == "generate" and uses_vllm:
+                return f"calls vLLM's {src}() once per prompt inside a loop instead of one batched call"
+            if node.func.attr == "generate" and hf:
+                return f"calls transformers {src}() once per sample inside a loop"
+            if _CLIENT_CALL_RE.search(src + "(") and not concurrent:
+                return f"sends one request at a time ({src}) in a loop, with no concurrency"
+    return None
+
+
+@register("inefficient_inference", judge_tools=("run_command", "create_file"))
 def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
-    """Running plain transformers generation where vLLM is available (by what runs, not what is written)."""
-    if not f.vllm_available:
-        return []
+    """Generating one sample at a time (a script the agent writes, and each run of it), or running plain
+    transformers generation where vLLM is available (by what runs)."""
     out: list[Finding] = []
+    served = lambda i: any(j.server and VLLM_RE.search(j.command + f.script_docs.get(  # noqa: E731
+        next(iter(f.script_runs(j.step)), ""), "")) for j in f.jobs_before[i])
     for i in range(f.n):
-        if f.tools[i] != "run_command" or not f.ok(i):
+        tool = f.tools[i]
+        if tool == "create_file" and f.ok(i) and str(f.args[i].get("path", "")).endswith(".py"):
+            code = f.args[i].get("content")
+            how = one_at_a_time(code) if isinstance(code, str) else None
+            if how and ("transformers" not in how or f.vllm_available or served(i)):
+                out.append(_drop(i, "inefficient_inference", f"writes {norm_path(f.args[i]['path'])}, which {how}"))
+            continue
+        if tool != "run_command" or not f.ok(i):
             continue
         cmd = f.command(i)
+        code = f.known_code[i]
+        slow = [(s, h) for s in f.script_runs(i) if (h := one_at_a_time(code.get(s, "")))
+                and ("transformers" not in h or f.vllm_available or served(i))]
+        if slow:
+            out.append(_drop(i, "inefficient_inference", f"runs {slow[0][0]}, which {slow[0][1]}"))
+            continue
+        if not f.vllm_available:
+            continue
         m = _HF_CMD_RE.search(cmd)
         if m:
             out.append(_drop(i, "inefficient_inference",
                              f"runs generation with plain transformers ({m.group(0)}) although vLLM is available"))
             continue
-        code = f.known_code[i]
         hf = [s for s in f.script_runs(i) if _hf_generation(code.get(s, ""))]
         if hf:
             out.append(_drop(i, "inefficient_inference",
@@ -292,61 +444,129 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
 
 @register("performance_regression", judge_tools=_WRITE_TOOLS)
 def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
-    """A change after an eval, from a high best score, that the next eval scores lower."""
+    """The change after an eval that the next eval scores below the best so far: the edit (or the new
+    command) that changed what is evaluated, not the re-run or retrain that only carries it out."""
+    from apollo.supervision.instructions import violations
+
     out: list[Finding] = []
     evals = f.eval_scores
     best = float("-inf")
+    breaches = {i for i, _ in violations(f, p.instruction_window)} if len(evals) > 1 else set()
+    ran: set[str] = set()  # commands run before (a re-run of one is a consequence, not a cause)
+    last = 0
     for (pos0, s0), (pos1, s1) in zip(evals, evals[1:]):
         best = max(best, s0)
-        if best < p.regression_high_score or s1 >= best - p.regression_min_drop or s1 >= s0 - p.regression_min_drop:
+        for j in range(last, pos0 + 1):
+            if f.tools[j] == "run_command" and f.ok(j):
+                ran.add(" ".join(f.command(j).split()))
+        last = pos0 + 1
+        if best < p.regression_high_score or s1 >= best - p.regression_min_drop:
             continue
         nxt = f"the next eval (step {pos1})" if pos1 < f.n else "the final eval"
-        for i in range(pos0 + 1, min(pos1, f.n)):
-            if f.writes[i]:
-                out.append(_drop(i, "performance_regression",
-                                 f"changed the workspace after the eval at step {pos0} (best so far {best:g}); "
-                                 f"{nxt} scored {s1:g}"))
+        causes = []
+        end = min(pos1, f.n)
+        for i in range(pos0 + 1, end):
+            if not f.writes[i] or i in breaches:
+                continue  # (a breach of a directive is violate_instruction: named once)
+            tool = f.tools[i]
+            if tool == "run_command":
+                cmd = " ".join(f.command(i).split())
+                if cmd in ran:
+                    continue  # a re-run / retrain of a command run before: carries the change out
+                ran.add(cmd)
+                if not _feeds_result(f, i, end):
+                    continue
+            elif tool == "create_file" and not f.obs[i].startswith("Overwrote") \
+                    and norm_path(f.args[i].get("path")).endswith((".py", ".sh")):
+                continue  # a new script changes nothing until it runs (its run is judged)
+            causes.append(i)
+        for i in causes:
+            out.append(_drop(i, "performance_regression",
+                             f"changed what is evaluated after the eval at step {pos0} (best so far {best:g}); "
+                             f"{nxt} scored {s1:g}"))
     return out
+
+
+def _feeds_result(f: Facts, i: int, end: int) -> bool:
+    """Run_command ``i`` may change what is evaluated: it writes what the evaluation reads, or a file
+    that a later change before ``end`` uses, or files it does not name."""
+    outs = set(f.written_paths(i))
+    known = bool(outs)
+    for s in f.script_runs(i):
+        o, k = f.script_outputs(i, s)
+        outs.update(o)
+        known = known or k
+    if not known:
+        return True
+    if any(covers(o, e) for o in outs for e in f.eval_inputs):
+        return True
+    later = " ".join(f.command(j) + " " + str(f.args[j].get("content", "")) for j in range(i + 1, end) if f.writes[j])
+    return any(o in later or os.path.basename(o) in later for o in outs)
 
 
 @register("blind_edit", judge_tools=("edit_file", "create_file", "run_command"))
 def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
-    """Editing a file that was not viewed (or created) before."""
+    """Editing a file, or lines of it, not viewed (or written) before."""
     from apollo.supervision.facts import SED_I_RE
 
     out: list[Finding] = []
-    known: set[str] = set()  # files whose content the agent has seen or written itself
+    seen: dict[str, set[int] | None] = {}  # file → lines the agent has seen (None: all of it)
+
+    def see(path: str, lines: set[int] | None) -> None:
+        if path in seen and seen[path] is None:
+            return
+        seen[path] = None if lines is None else (seen.get(path) or set()) | lines
+
     for i in range(f.n):
         tool, args = f.tools[i], f.args[i]
         if not f.ok(i):
             continue
         if tool == "create_file":
             path = norm_path(args.get("path"))
-            if f.obs[i].startswith("Overwrote") and path not in known:
+            if f.obs[i].startswith("Overwrote") and path not in seen:
                 out.append(_drop(i, "blind_edit", f"overwrote {path} without viewing it first"))
-            known.add(path)
         elif tool == "edit_file":
             path = norm_path(args.get("path"))
-            if path and path not in known:
+            if path and path not in seen:
                 out.append(_drop(i, "blind_edit", f"edited {path} without viewing it first (open_file it before editing)"))
+            elif path and seen[path] is not None:
+                try:
+                    lo, hi = int(args.get("start_line")), int(args.get("end_line", args.get("start_line")))
+                except (TypeError, ValueError):
+                    lo = hi = None
+                if lo is not None and not set(range(lo, max(lo, hi) + 1)) <= seen[path]:
+                    shown = sorted(seen[path])
+                    out.append(_drop(i, "blind_edit", f"edited lines {lo}-{hi} of {path} after seeing only lines "
+                                                      f"{shown[0]}-{shown[-1]}" if shown else f"edited {path} unseen"))
         elif tool == "run_command":
             cmd = f.command(i)
             m = SED_I_RE.search(cmd) if "sed" in cmd else None
             if m:
                 path = norm_path(m.group(1))
-                if path not in known:
+                if path not in seen:
                     out.append(_drop(i, "blind_edit", f"edited {path} in place (sed -i) without viewing it first"))
-            known.update(f.written_paths(i))  # files it produced itself
-        known.update(f.viewed_paths(i))
+            for w in f.written_paths(i):  # files it produced itself
+                see(w, None)
+        for path, lines in f.seen_lines(i).items():
+            see(path, lines)
+        for path in f.viewed_paths(i):
+            if path not in seen:
+                see(path, None)
     return out
 
 
 _GPU_ARG_RE = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus|n[_-]gpus|gpus|ngpus|"
-                         r"tensor[_-]parallel[_-]size|tp|devices|world[_-]size)(?:=|\s+)(\d+)")
+                         r"tensor[_-]parallel[_-]size|tp|devices|world[_-]size|data[_-]parallel(?:[_-]size)?|dp)(?:=|\s+)(\d+)")
+_GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_node|tensor[_ -]parallel(?:[_-]size)?|"
+                        r"data[_-]parallel|\bTP)\W{0,3}(?:of\s+)?(\d+)", re.IGNORECASE)
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
 _LAUNCHER_RE = re.compile(r"\b(?:torchrun|deepspeed|accelerate\s+launch|python3?\s+-m\s+torch\.distributed\.\w+)\b")
 _GPU_JOB_RE = re.compile(r"(?i)(?:train|finetun|fine_tun|sft|dpo|ppo|grpo|rlhf|pretrain|distill|infer|generat|"
                          r"sample|rollout|vllm|serve|llamafactory|verl)")
+_GPU_CODE_RE = re.compile(r"\.cuda\(|device_map\s*=|torch\.device\(\s*['\"]cuda|\bfrom\s+vllm\b|\bimport\s+vllm\b|\bLLM\(")
+_TP_CODE_RE = re.compile(r"tensor_parallel_size\s*=\s*(\d+)")
+# short checks (a dev benchmark, a scorer): a few GPUs for a minute are no waste (blind_research PROTOCOL, case 1)
+_CHECK_NAME_RE = re.compile(r"(?i)(?:^|/)(?:dev_)?(?:bench|eval|score|test|check|inspect|stats?|plot)[\w-]*\.(?:py|sh)$")
 
 
 def gpus_used(cmd: str) -> int | None:
@@ -359,9 +579,61 @@ def gpus_used(cmd: str) -> int | None:
         return max(counts)
     if _LAUNCHER_RE.search(cmd):
         return None  # a launcher without a count uses every visible GPU
-    if re.search(r"\bpython3?\s", cmd) and _GPU_JOB_RE.search(cmd):
-        return 1  # a plain python process of a training/inference job: one device
+    m = re.search(r"\bpython3?\s+(?:-\S+\s+)*(\S+)", cmd)
+    if m and _GPU_JOB_RE.search(os.path.basename(m.group(1))):
+        return 1  # a plain python process of a training/inference job (by its name): one device
     return None
+
+
+def gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
+    """(is a GPU job, GPUs it uses; None: every GPU it finds) of run_command ``i``, from the command,
+    the provided script's usage line (CPU tools, the launcher it runs inside, its default TP) or the
+    code of the agent's own script (computed once per step)."""
+    cache = f.__dict__.setdefault("_gpu_job", {})
+    if i not in cache:
+        cache[i] = _gpu_job(f, i)
+    return cache[i]
+
+
+def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
+    cmd = f.command(i)
+    m = _CUDA_DEV_RE.search(cmd)
+    if m:
+        return True, len([d for d in m.group(1).split(",") if d.strip()])
+    counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
+    if _LAUNCHER_RE.search(cmd):
+        return True, max(counts) if counts else None
+    runs = f.script_runs(i)
+    for s in runs:
+        doc = f.script_docs.get(s)
+        if doc is not None:
+            if CPU_DOC_RE.search(doc):
+                continue  # a CPU tool
+            if not GPU_DOC_RE.search(doc):  # the task does not say: a training/inference job by its name
+                if _GPU_JOB_RE.search(os.path.basename(s)):
+                    return True, max(counts) if counts else 1
+                continue
+            if counts:
+                return True, max(counts)
+            if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
+                kw = [int(x) for x in _GPU_KW_RE.findall(doc)]
+                return True, max(kw) if kw else None
+            sig = signature(doc)
+            defaults = [int(mv) for fl, mv in (sig.flags if sig else ()) if _GPU_ARG_RE.match(f"{fl} {mv}")
+                        and mv.isdigit()]
+            return True, max(defaults) if defaults else 1  # a plain python process: its TP, or one device
+        code = f.known_code[i].get(s)
+        if code is not None:
+            if not _GPU_CODE_RE.search(code):
+                continue
+            tp = [int(x) for x in _TP_CODE_RE.findall(code)]
+            return True, max(counts + tp) if counts or tp else (None if "device_map" in code else 1)
+    if counts and runs:
+        return True, max(counts)
+    if runs and not any(s in f.script_docs or s in f.known_code[i] for s in runs):
+        used = gpus_used(cmd)
+        return used is not None, used
+    return False, None
 
 
 _BUSY = (" is busy", "still running", ": running")
@@ -369,7 +641,8 @@ _BUSY = (" is busy", "still running", ": running")
 
 @register("resource_waste", judge_tools=("run_command", "sleep", "check_session_idle", "get_session_output"))
 def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
-    """Compute left idle (a GPU job on few of the pool's GPUs), busy polling, identical finished jobs re-run."""
+    """Compute left idle (a GPU job on few of the pool's GPUs, a duplicate of a running job, a long sleep
+    with nothing left to wait for), busy polling, identical finished jobs re-run."""
     out: list[Finding] = []
     done_cmds: dict[str, int] = {}  # job command → step of a successful run with nothing changed since
     started: dict[str, tuple[str, int]] = {}  # session → (background command, step)
@@ -380,8 +653,13 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             done_cmds.clear()
         if not f.ok(i):
             continue
-        if tool == "sleep" and p.flag_idle_sleep and not f.jobs_before[i]:
-            out.append(_drop(i, "resource_waste", "slept while no job was running (idle wait)"))
+        if tool == "sleep" and p.flag_idle_sleep and not f.pending_before[i]:
+            try:
+                secs = float(f.args[i].get("seconds", 0))
+            except (TypeError, ValueError):
+                secs = 0.0
+            if secs >= p.idle_sleep_min_s:
+                out.append(_drop(i, "resource_waste", f"slept {secs:g} s with no job left to wait for"))
         elif tool in ("check_session_idle", "get_session_output") and p.flag_busy_polling and i > 0 \
                 and f.tools[i - 1] in ("check_session_idle", "get_session_output") and f.session(i - 1) == f.session(i) \
                 and any(b in f.obs[i - 1] for b in _BUSY):
@@ -394,17 +672,27 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 started.pop(f.session(i), None)
         elif tool == "run_command":
             cmd = " ".join(f.command(i).split())
-            is_job = bool(f.script_runs(i)) or f.background(i) or bool(_LAUNCHER_RE.search(cmd))
+            runs = f.script_runs(i)
+            is_job = bool(runs) or f.background(i) or bool(_LAUNCHER_RE.search(cmd))
+            gpu, used = gpu_job(f, i) if pool and pool >= 2 else (False, None)
+            twin = next((j for j in f.jobs_before[i] if runs and f.background(i) and j.session != f.session(i)
+                         and set(runs) & set(f.script_runs(j.step))), None) if gpu or f.is_server(i) else None
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran the finished job '{short(cmd)}' (step {done_cmds[cmd]}) with nothing changed since"))
-            elif p.flag_gpu_underuse and pool is not None and pool >= 2 and not SERVER_RE.search(cmd):
+            elif twin is not None:
+                out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
+                                                      f"while the one of step {twin.step} (session '{twin.session}') still runs"))
+            elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
+                    and not f.is_server(i) and not any(_CHECK_NAME_RE.search(s) for s in runs) \
+                    and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
-                used = gpus_used(cmd)
-                busy = sum((gpus_used(j.command) or pool) if j.server or gpus_used(j.command) else 0
-                           for j in f.jobs_before[i])
+                busy = 0
+                for j in f.jobs_before[i]:
+                    g, u = gpu_job(f, j.step)
+                    busy += (u or pool) if g or j.server else 0
                 free = max(0, pool - busy)
-                if used is not None and free >= 2 and used * 2 <= free:
+                if free >= 2 and used * 2 <= free:
                     out.append(_drop(i, "resource_waste",
                                      f"launched a GPU job on {used} GPU(s) while {free} of the task's {pool} were free"))
             if f.writes[i]:
@@ -441,7 +729,9 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if tool != "eval" or not f.steps[i].action.valid:
             changed = changed or f.writes[i]
             continue
-        pend = f.pending_before[i]
+        if f.steps[i].observation.refused:
+            continue  # the environment refused it: a refused_action (rules.yaml), not an eval that ran
+        pend = f.blocking_before[i]
         reason = None
         if used >= budget or "eval budget exhausted" in f.obs[i]:
             reason = f"eval budget exhausted ({used}/{budget} used)"

@@ -158,7 +158,9 @@ DONE_LINE_RE = re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)
                           r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)")
 SERVER_RE = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
                        r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
-                       r"|\b(?:serve|server)\.py\b|--(?:host|port)[= ]")
+                       r"|\b(?:serve|server|search_server|launch_server)\.(?:py|sh)\b|--(?:host|port)[= ]")
+# a provided script's usage line that says it is a long-lived server
+SERVER_DOC_RE = re.compile(r"(?i)\blong-lived\b|\bruns until (?:stopped|killed)\b|\bstarts? (?:a|the)\b[^.;]{0,60}\bserver\b")
 VLLM_RE = re.compile(r"\bvllm\b", re.IGNORECASE)
 VLLM_MISSING_RE = re.compile(
     r"(?i)vllm\W{0,3}(?:is|are)?\s*(?:not|n't)\s+(?:installed|available|supported|usable)|no\s+vllm\b|without\s+vllm"
@@ -186,6 +188,9 @@ def _task_outputs(description: str) -> frozenset[str]:
 _WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild", re.IGNORECASE)
 
 
+_TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
+
+
 @lru_cache(maxsize=1024)
 def _says_writes(doc: str) -> bool:
     """A provided script's description line says it writes files."""
@@ -203,6 +208,115 @@ def _script_runs(cmd: str) -> tuple[str, ...]:
 def redirect_targets(cmd: str) -> tuple[str, ...]:
     """Files a shell command redirects output to (``> f``, ``>> f``, ``2> f``, ``&> f``; not /dev/null)."""
     return tuple(norm_path(m) for m in REDIRECT_RE.findall(cmd)) if ">" in cmd else ()
+
+
+# ----------------------------------------------------------------------- provided scripts' usage
+_USAGE_RE = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`]*)?)`")
+_OUT_NAME_RE = re.compile(r"^(?:OUT|OUTPUT|OUT_?DIR|OUTPUT_?DIR|SAVE_?DIR|SAVE_?PATH|DEST|DST)$")
+_OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-_](?:path|dir)|dst|dest)$")
+CPU_DOC_RE = re.compile(r"(?:^|[`:;]\s*)CPU\b|\bon the CPU\b|\bCPU[- ]only\b")
+GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
+                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|\btrains?\b|\bverl\b")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a provided script's usage line (``scripts/x.py --input IN --output OUT [--tp N]``) says."""
+
+    positional: tuple[str, ...]  # positional argument names, in order
+    flags: tuple[tuple[str, str], ...]  # (flag, metavar or "") in order
+
+    def takes_value(self, flag: str) -> bool | None:
+        for f, mv in self.flags:
+            if f == flag:
+                return bool(mv)
+        return None
+
+    def output_names(self) -> set[str]:
+        return {n for n in self.positional if _OUT_NAME_RE.match(n)}
+
+    def output_flags(self) -> set[str]:
+        return {f for f, mv in self.flags if _OUT_FLAG_RE.match(f) or (mv and _OUT_NAME_RE.match(mv))}
+
+
+@lru_cache(maxsize=1024)
+def signature(doc: str) -> Signature | None:
+    """The usage of the script a ``## Scripts`` line documents (None: the line shows no usage)."""
+    m = _USAGE_RE.search(doc or "")
+    if m is None:
+        return None
+    toks = [t for t in re.split(r"[\s\[\]]+", m.group(2)) if t]
+    pos: list[str] = []
+    flags: list[tuple[str, str]] = []
+    k = 0
+    while k < len(toks):
+        t = toks[k]
+        if t.startswith("-"):
+            mv = toks[k + 1] if k + 1 < len(toks) and not toks[k + 1].startswith("-") and \
+                re.match(r"^[A-Z][A-Z0-9_|]*$|^[\w.-]+\|[\w.|-]+$|^[\w./-]+$", toks[k + 1]) else ""
+            flags.append((t.split("=", 1)[0], mv))
+            k += 2 if mv else 1
+            continue
+        if re.match(r"^[A-Z][A-Z0-9_]*$", t):
+            pos.append(t)
+        k += 1
+    return Signature(tuple(pos), tuple(flags))
+
+
+def script_args(cmd: str, script: str, sig: Signature | None) -> tuple[list[str], dict[str, str]]:
+    """(positional values, {flag: value}) that ``cmd`` passes to ``script``."""
+    m = re.search(rf"(?<![\w/.-]){re.escape(script)}(?![\w-])", cmd) or re.search(re.escape(os.path.basename(script)), cmd)
+    if m is None:
+        return [], {}
+    rest = re.split(r"\s*(?:&&|\|\||;|\||>|2>|&>)\s*", cmd[m.end():], maxsplit=1)[0]
+    toks = [t.strip("'\"") for t in rest.split()]
+    pos: list[str] = []
+    flags: dict[str, str] = {}
+    k = 0
+    while k < len(toks):
+        t = toks[k]
+        if t.startswith("--") or (t.startswith("-") and len(t) == 2):
+            if "=" in t:
+                f, v = t.split("=", 1)
+                flags[f] = v
+                k += 1
+                continue
+            takes = sig.takes_value(t) if sig else None
+            if takes is None:
+                takes = k + 1 < len(toks) and not toks[k + 1].startswith("-")
+            flags[t] = toks[k + 1] if takes and k + 1 < len(toks) else ""
+            k += 2 if takes else 1
+            continue
+        pos.append(t)
+        k += 1
+    return pos, flags
+
+
+_ARGV_WRITE_RE = re.compile(r"open\(\s*sys\.argv\[(\d+)\]\s*,\s*['\"][wa]")
+_LIT_WRITE_RE = re.compile(r"open\(\s*[fr]?['\"]([^'\"{}]+)['\"]\s*,\s*['\"][wa]|"
+                           r"\.(?:save_pretrained|to_json|to_csv|to_parquet|save)\(\s*[fr]?['\"]([^'\"{}]+)['\"]")
+
+
+def code_outputs(code: str, argv: list[str]) -> list[str] | None:
+    """Files a script's code writes (literal paths, ``sys.argv[k]``); None: it writes nothing it names."""
+    out = [norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)]
+    for k in _ARGV_WRITE_RE.findall(code):
+        if 0 < int(k) <= len(argv):
+            out.append(norm_path(argv[int(k) - 1]))
+    return [p for p in out if p] or None
+
+
+def covers(a: str, b: str) -> bool:
+    """One path is the other or holds it (``outputs/ckpt`` covers ``outputs/ckpt/final``)."""
+    a, b = a.rstrip("/"), b.rstrip("/")
+    return a == b or b.startswith(a + "/") or a.startswith(b + "/")
+
+
+_HEREDOC_RE = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?\n.*?\n\1\b", re.DOTALL)  # a here-document's body (not shell)
+_LINES_HDR_RE = re.compile(r"^\[[^\]\n]*: lines (\d+)-(\d+) of (\d+)\]")
+_ECHO_LINE_RE = re.compile(r"^\s*(\d+): ", re.MULTILINE)
+_HEAD_N_RE = re.compile(r"\bhead\s+(?:-n\s*|-)(\d+)")
+_SED_N_RE = re.compile(r"\bsed\s+-n\s+['\"]?(\d+),(\d+)p")
 
 
 def norm_path(p: Any) -> str:
@@ -239,6 +353,7 @@ class Job:
     server: bool  # a persistent server: never "finishes", and evals do not wait for it
     logs: tuple[str, ...]  # files its output is redirected to
     outputs: tuple[str, ...]  # files it says it writes (--output, task outputs of its script)
+    outputs_known: bool = False  # ``outputs`` is all it writes (its usage line or its code says so)
 
 
 class Facts:
@@ -353,7 +468,7 @@ class Facts:
         return list(_script_runs(cmd)) if cmd else []
 
     def redirects(self, i: int) -> list[str]:
-        return list(redirect_targets(self.command(i)))
+        return list(redirect_targets(_HEREDOC_RE.sub("", self.command(i))))
 
     def written_paths(self, i: int) -> list[str]:
         """Files a step writes, where the call says so (redirects, --output, create/edit)."""
@@ -384,6 +499,9 @@ class Facts:
                 out.append(not DOC_RE.search(norm_path(self.args[i].get("path"))))  # notes change no result
             elif tool == "run_command":
                 cmd = self.command(i)
+                body = _HEREDOC_RE.search(cmd)
+                if body:  # python - <<'EOF' … EOF: the body's code decides
+                    cmd = _HEREDOC_RE.sub("", cmd) + (" -c " if PY_WRITES_RE.search(body.group(0)) else "")
                 w = self.background(i) or bool(WRITE_CMD_RE.search(cmd)) or any(
                     not DOC_RE.search(p) for p in self.written_paths(i))
                 if not w:
@@ -400,10 +518,89 @@ class Facts:
     def _job(self, i: int) -> Job:
         cmd = self.command(i)
         outs = [p for p in self.written_paths(i) if p not in self.redirects(i)]
+        known = bool(outs)
         for s in self.script_runs(i):
-            if self.scripts.get(s):
+            o, k = self.script_outputs(i, s)
+            outs += [p for p in o if p not in outs]
+            known = known or k
+            if not k and self.scripts.get(s):
                 outs += [o for o in self.task_outputs if o not in outs]
-        return Job(self.session(i), cmd, i, bool(SERVER_RE.search(cmd)), tuple(self.redirects(i)), tuple(outs))
+        return Job(self.session(i), cmd, i, self.is_server(i), tuple(self.redirects(i)), tuple(outs), known)
+
+    def is_server(self, i: int) -> bool:
+        """A run_command that starts a long-lived server (by its command or its usage line)."""
+        cmd = self.command(i)
+        return bool(SERVER_RE.search(cmd)) or any(SERVER_DOC_RE.search(self.script_docs.get(s, ""))
+                                                 for s in self.script_runs(i))
+
+    def script_outputs(self, i: int, script: str) -> tuple[list[str], bool]:
+        """(files, known) that running ``script`` at step ``i`` writes: from the provided script's usage
+        line (OUT arguments, --output flags) or the agent's own script's code (literal paths, sys.argv)."""
+        cmd = self.command(i)
+        doc = self.script_docs.get(script)
+        sig = signature(doc) if doc else None
+        pos, flags = script_args(cmd, script, sig)
+        if sig is not None:
+            outs = [norm_path(v) for n, v in zip(sig.positional, pos) if _OUT_NAME_RE.match(n)]
+            outs += [norm_path(v) for f, v in flags.items() if v and f in sig.output_flags()]
+            outs = [p for p in outs if p]
+            if outs:
+                return outs, True
+            # no output named: a script that only prints (CPU inspection) writes nothing; a trainer or a
+            # writer whose output is a default path may write what is evaluated
+            return [], not (_says_writes(doc or "") or _TRAINS_DOC_RE.search(doc or ""))
+        code = self.known_code[i].get(script)
+        if code:
+            outs = code_outputs(code, pos) or []
+            outs += [norm_path(v) for f, v in flags.items() if v and _OUT_FLAG_RE.match(f)]
+            return outs, bool(outs)  # a write the code hides behind a variable: unknown
+        return [], False
+
+    @cached_property
+    def eval_inputs(self) -> frozenset[str]:
+        """Paths the evaluation reads (its ``## Evaluation`` section, the task's outputs); empty: unknown."""
+        sec = section(self.description, "Evaluation")
+        found = {norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec)}
+        return frozenset(found | set(self.task_outputs))
+
+    def may_feed_eval(self, job: Job) -> bool:
+        """The job may write what the evaluation reads (unknown outputs or unknown eval inputs: yes)."""
+        if not job.outputs_known or not self.eval_inputs:
+            return True
+        return any(covers(o, e) for o in job.outputs for e in self.eval_inputs)
+
+    @cached_property
+    def blocking_before(self) -> list[dict[str, str]]:
+        """Of :attr:`pending_before`, the jobs that may write what the evaluation reads."""
+        return [{j.session: j.command for j in jobs if not j.server and self.may_feed_eval(j)}
+                for jobs in self.jobs_before]
+
+    def seen_lines(self, i: int) -> dict[str, set[int] | None]:
+        """File → the line numbers step ``i`` shows (None: the whole file): open_file's range, an edit's
+        echo, a created file, cat/head/sed -n of a file."""
+        tool, args, text = self.tools[i], self.args[i], self.obs[i]
+        if not self.ok(i):
+            return {}
+        if tool in ("open_file", "edit_file"):
+            p = norm_path(args.get("path"))
+            if not p:
+                return {}
+            m = _LINES_HDR_RE.match(text)
+            if m:
+                a, b, total = (int(x) for x in m.groups())
+                return {p: None if a <= 1 and b >= total else set(range(a, b + 1))}
+            nums = {int(x) for x in _ECHO_LINE_RE.findall(text)}
+            return {p: nums} if nums else ({p: None} if tool == "open_file" else {})
+        if tool == "create_file":
+            p = norm_path(args.get("path"))
+            return {p: None} if p else {}
+        cmd = self.command(i)
+        if cmd and VIEW_CMD_RE.search(cmd):
+            m, n = _SED_N_RE.search(cmd), _HEAD_N_RE.search(cmd)
+            lines = set(range(int(m.group(1)), int(m.group(2)) + 1)) if m else \
+                set(range(1, int(n.group(1)) + 1)) if n and "tail" not in cmd else None
+            return {p: lines for p in self.viewed_paths(i)}
+        return {}
 
     def _shows_done(self, i: int, job: Job) -> bool:
         """Step ``i`` shows that ``job`` has finished: session state, its log, or its output files."""

@@ -90,6 +90,23 @@ def _row(r: dict[str, Any], where: str) -> tuple[Any, bool, tuple[str, ...]]:
     return r.get("step"), r["keep"], tuple(r.get("categories") or ())
 
 
+def current_taxonomy(cats: tuple[str, ...], step: Any) -> tuple[str, ...]:
+    """A label of a set made before issue 33's taxonomy, in today's names (mechanical, by the step
+    itself, no judgement): tool-call JSON that does not parse was ``compile_error`` and is
+    ``invalid_action``; a call the environment refused was ``explicit_failure`` and is
+    ``refused_action``. Labels already in today's names pass unchanged."""
+    from apollo.agent.actions import is_json_error
+
+    out = []
+    for c in cats:
+        if c == "compile_error" and step.action.parse_error and is_json_error(step.action.parse_error):
+            c = "invalid_action"
+        elif c == "explicit_failure" and step.observation.refused:
+            c = "refused_action"
+        out.append(c)
+    return tuple(dict.fromkeys(out))
+
+
 def load_labeled(labels_path: str | Path, trajectories: str | Path | None = None
                  ) -> tuple[list[LabeledAction], dict[str, Trajectory]]:
     """Labels and the trajectories they point at; raises :class:`LabeledSetError` naming the line."""
@@ -114,6 +131,7 @@ def load_labeled(labels_path: str | Path, trajectories: str | Path | None = None
                 raise LabeledSetError(f"{where}: step {step!r} is not a step of {t.trajectory_id}")
             if keep == bool(cats):
                 raise LabeledSetError(f"{where}: a drop needs categories and a keep has none")
+            cats = current_taxonomy(cats, t.steps[step])
             labels.append(LabeledAction(t.trajectory_id, step, keep, cats, r.get("rule"),
                                         r.get("note", r.get("reason", "")), r.get("tool")))
     return labels, trajs

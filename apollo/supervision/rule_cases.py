@@ -157,7 +157,7 @@ SCENARIOS: list[Scenario] = [
         R("Sparse reward learns little; add trap penalty, step cost, shaping.\n<tool_call>\n"
           '{"name": "edit_file", "arguments": {"path": "reward.py", "start_line": 7, "end_line": 10, '
           '"content": "GOAL_REWARD = 1.0\nTRAP_REWARD = -1.0"}}\n</tool_call>',
-          D("compile_error", rule="malformed_tool_call", note="raw newline inside a JSON string")),
+          D("invalid_action", rule="malformed_tool_call", note="raw newline inside a JSON string")),
         A("Sparse reward learns little; add trap penalty, step cost, shaping.", "edit_file",
           {"path": "reward.py", "start_line": 7, "end_line": 10, "content": REWARD}, K, expect="Edited reward.py"),
         A("Start training in the background.", "run_command",
@@ -181,13 +181,13 @@ SCENARIOS: list[Scenario] = [
         A("Use the flag names I remember.", "run_command", {"command": "python scripts/run_scaffold.py --cfg scaffold.json"},
           D("runtime_error", rule="nonzero_exit_error"), expect="unrecognized arguments"),
         A("Stop any stale scaffold run.", "run_command", {"command": "pkill -f run_scaffold"},
-          D("explicit_failure", rule="refused_tool_call"), expect="Refused"),
+          D("refused_action", rule="refused_tool_call"), expect="Refused"),
         A("Check the OS version.", "open_file", {"path": "/etc/os-release"},
-          D("explicit_failure", rule="refused_tool_call"), expect="Refused"),
+          D("refused_action", rule="refused_tool_call"), expect="Refused"),
         A("Look at the dev questions.", "open_file", {"path": "data/dev.jsonl", "line_start": 1, "line_end": 12}, K),
         A("Read the current scaffold config.", "open_file", {"path": "scaffold.json"}, K),
         R('Open the config again.\n<tool_call>\n{"name": "open_file", "arguments": {"path" "scaffold.json"}}\n</tool_call>',
-          D("compile_error", rule="malformed_tool_call", note="the call's JSON does not parse")),
+          D("invalid_action", rule="malformed_tool_call", note="the call's JSON does not parse")),
         A("Route arithmetic to the calculator.", "edit_file",
           {"path": "scaffold.json", "start_line": 2, "end_line": 2, "content": '  "routes": {"calculate": "calc" "count": "count"},'},
           D("compile_error", rule="broken_json_edit", note="missing comma: scaffold.json no longer parses"),
@@ -215,8 +215,8 @@ SCENARIOS: list[Scenario] = [
         EVAL,
         A("The stronger noise hurt; go back to ratio 1.0 and noise 0.3.", "run_command", {"command": AUGMENT}, K),
         EVAL,
-        A("Evaluate once more.", "eval", {}, D("improper_eval", "explicit_failure", rule="refused_tool_call",
-                                                note="budget exhausted, nothing changed"), expect="budget exhausted"),
+        A("Evaluate once more.", "eval", {}, D("refused_action", rule="refused_tool_call",
+                                                note="budget exhausted: the environment refused it (issue 33's taxonomy)"), expect="budget exhausted"),
         FINISH,
     ]),
     Scenario("ld-resource-waste", "ld-train-01", [
@@ -289,7 +289,8 @@ SCENARIOS: list[Scenario] = [
         G("Use --backend vllm; it batches the prompts and is much faster than transformers generate."),
         A("Generate with vLLM as advised.", "run_command", {"command": GEN + " --backend vllm"}, K, expect="backend=vllm"),
         A("Write my own script for extra answers.", "create_file", {"path": "gen_extra.py", "content": HF_CODE},
-          K, expect="Created"),  # writing code is not running it
+          D("inefficient_inference", note="a transformers generate loop, one sample at a time, while vLLM is installed "
+                                          "(issue 33: the file is judged, and each run of it)"), expect="Created"),
         A("Generate the extra answers.", "run_command", {"command": "python gen_extra.py"},
           D("inefficient_inference", "violate_instruction", "runtime_error", rule="runtime_error",
             note="runs an HF generate loop after 'use vllm' (transformers is missing in the sandbox)"),
@@ -352,7 +353,7 @@ SCENARIOS: list[Scenario] = [
           D("performance_regression", note="next eval lower")),
         A("Start training in the background.", "run_command",
           {"command": LD_TRAIN, "session_id": "train", "wait_for_completion": False},
-          D("performance_regression", note="trains the worse config")),
+          K),  # the retrain carries the edit out: the edit is the regression (issue 33)
         WAIT_TRAIN,
         CHECK_TRAIN,
         EVAL,

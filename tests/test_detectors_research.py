@@ -1,0 +1,203 @@
+"""Issue 33: the detectors on research tasks as InnovatorBench poses them (GPU pools, provided scripts
+with usage lines, human directives). One hand-made case per behaviour; each would fail with the
+detectors before issue 33 (measured on tests/fixtures/blind_research: docs/results.md#blind-research)."""
+
+from __future__ import annotations
+
+from apollo.schema import EvalRecord, Machine, TaskFacts
+from apollo.supervision.instructions import extract
+from apollo.supervision.masker import Masker, MaskConfig
+from tests.test_detectors_task import bg, drops, ev, run, st, traj
+
+DESC = """# Build an SFT set and train
+## Task
+Build the training set, train `Qwen2.5-7B` with `scripts/train.sh`, and leave the checkpoint at
+`outputs/ckpt/final/`.
+## Evaluation
+The evaluation scores `outputs/ckpt/final/` on a hidden test set. At most 3 eval calls.
+## Environment
+Compute pool: one GPU server with 8 x H100 and a CPU server. vLLM 0.6.3 is installed.
+"""
+SCRIPTS = {
+    "scripts/verify_answers.py": "- `scripts/verify_answers.py --input IN --output OUT`: CPU; keeps samples whose final "
+                                 "number matches.",
+    "scripts/rewrite.py": "- `scripts/rewrite.py --input IN --output OUT --model PATH [--tensor_parallel_size 1]`: "
+                          "rewrites answers with vLLM (batched).",
+    "scripts/train.sh": "- `scripts/train.sh DATA OUTPUT_DIR [EPOCHS]`: full fine-tuning with `torchrun "
+                        "--nproc_per_node 8` (ZeRO-3).",
+    "scripts/bench.py": "- `scripts/bench.py --model PATH [--tp 1]`: dev accuracy with vLLM (greedy).",
+    "scripts/serve.sh": "- `scripts/serve.sh MODEL_DIR [PORT]`: starts a long-lived vLLM server; it runs until stopped.",
+}
+FACTS = TaskFacts(compute_pool=[Machine(kind="gpu", gpus=8), Machine(kind="localhost_cpu", cpus=64)], scripts=SCRIPTS,
+                  max_evals=3)
+
+
+def t(*steps, evals=()):
+    return traj(*steps, evals=evals, desc=DESC, facts=FACTS)
+
+
+def created(path, content):
+    return st("create_file", {"path": path, "content": content}, f"Created {path} ({len(content)} characters).")
+
+
+def idle(sid):
+    return st("check_session_idle", {"session_id": sid}, f"Session '{sid}' is idle (last command finished, exit code 0).")
+
+
+# ------------------------------------------------------------------------------- taxonomy
+def test_a_refused_call_is_a_refused_action_and_bad_json_an_invalid_action():
+    refused = run("sudo apt-get install -y pigz", "Refused: 'sudo' is not allowed in the sandbox.")
+    refused = refused.model_copy(update={"observation": refused.observation.model_copy(update={"refused": True})})
+    bad = st("list_files", {"path": "."}).model_copy(update={"assistant_text": "<tool_call>\n{'name': 'finish'}\n</tool_call>"})
+    from apollo.agent.actions import parse_action
+
+    bad = bad.model_copy(update={"action": parse_action(bad.assistant_text)})
+    steps, _ = Masker(MaskConfig()).mask([t(refused, bad)])
+    assert [(s.mask.keep, s.mask.category) for s in steps[0].steps] == [(False, "refused_action"), (False, "invalid_action")]
+
+
+# -------------------------------------------------------------------------- resource waste
+def test_cpu_tools_by_their_usage_line_are_no_gpu_jobs_and_launcher_scripts_use_what_they_say():
+    cpu = run("python scripts/verify_answers.py --input outputs/rewritten.jsonl --output outputs/sft_verified.jsonl")
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    bench = bg("python scripts/bench.py --model outputs/ckpt/final --tp 1", "b")  # a short dev check
+    assert drops(t(cpu, train, bench), "resource_waste") == {}
+    narrow = bg("python scripts/rewrite.py --input a --output outputs/r.jsonl --model m --tensor_parallel_size 2", "gen")
+    assert "on 2 GPU(s) while 8" in drops(t(narrow), "resource_waste")[0]
+    default_tp = bg("python scripts/rewrite.py --input a --output outputs/r.jsonl --model m", "gen")  # [--tp 1]
+    assert "on 1 GPU(s)" in drops(t(default_tp), "resource_waste")[0]
+
+
+def test_a_duplicate_of_a_running_job_and_a_long_sleep_after_it_finished_are_waste():
+    first = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    second = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train2")
+    d = drops(t(first, second), "resource_waste")
+    assert list(d) == [1] and "second scripts/train.sh while the one of step 0" in d[1]
+    settle = t(first, idle("train"), st("sleep", {"seconds": 1800}, "Slept 1800 s."))
+    assert "slept 1800 s with no job left to wait for" in drops(settle, "resource_waste")[2]
+    waiting = t(first, st("sleep", {"seconds": 1800}, "Slept 1800 s."))
+    assert drops(waiting, "resource_waste") == {}
+
+
+# ---------------------------------------------------------------------- inefficient inference
+HF_LOOP = """from transformers import AutoModelForCausalLM, AutoTokenizer
+import json, sys
+m = AutoModelForCausalLM.from_pretrained("models/Qwen2.5-7B").cuda()
+with open(sys.argv[2], "w") as out:
+    for line in open(sys.argv[1]):
+        ids = tok(json.loads(line)["q"], return_tensors="pt").to("cuda")
+        out.write(tok.decode(m.generate(**ids)[0]))
+"""
+VLLM_LOOP = """from vllm import LLM, SamplingParams
+llm = LLM(model="models/m", tensor_parallel_size=1)
+with open("outputs/refs.jsonl", "w") as out:
+    for r in rows:
+        o = llm.generate(r["instruction"], SamplingParams(max_tokens=64))
+"""
+VLLM_BATCH = """from vllm import LLM, SamplingParams
+llm = LLM(model="models/m", tensor_parallel_size=8)
+outs = llm.generate([r["instruction"] for r in rows], SamplingParams(max_tokens=64))
+"""
+CLIENT_LOOP = """from openai import OpenAI
+client = OpenAI(base_url="http://localhost:8000/v1", api_key="none")
+for line in open("data/test.jsonl"):
+    r = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": line}])
+"""
+HF_BATCHED = """from transformers import AutoModelForCausalLM
+for i in range(0, len(prompts), 32):
+    out = m.generate(**tok(prompts[i:i + 32], return_tensors="pt", padding=True))
+"""
+
+
+def test_a_written_script_that_generates_one_sample_at_a_time_and_each_run_of_it():
+    d = drops(t(created("scripts/tag.py", HF_LOOP), bg("python scripts/tag.py outputs/a.jsonl outputs/b.jsonl", "tag")),
+              "inefficient_inference")
+    assert sorted(d) == [0, 1] and "once per sample" in d[0] and "runs scripts/tag.py" in d[1]
+    for code in (VLLM_LOOP, CLIENT_LOOP):
+        assert list(drops(t(created("scripts/x.py", code)), "inefficient_inference")) == [0]
+    for code in (VLLM_BATCH, HF_BATCHED):  # one batched call, or batches of 32: not one at a time
+        assert drops(t(created("scripts/x.py", code)), "inefficient_inference") == {}
+
+
+# ---------------------------------------------------------------------------- ignore script
+def test_an_own_version_of_a_provided_script_and_its_runs_but_not_a_wrapper_or_another_method():
+    own = created("scripts/check_answers.py", "import json, re, sys\nfor line in open(sys.argv[1]): pass\n")
+    d = drops(t(own, run("python scripts/check_answers.py outputs/rewritten.jsonl outputs/sft.jsonl")), "ignore_script")
+    assert sorted(d) == [0, 1] and "own version of the provided scripts/verify_answers.py" in d[0]
+    wrapper = created("run_verify.sh", "python scripts/verify_answers.py --input a --output outputs/v.jsonl\n")
+    assert drops(t(wrapper, run("bash run_verify.sh")), "ignore_script") == {}
+    judge = created("scripts/self_verify.py", VLLM_BATCH)  # an LLM check is not the CPU checker done again
+    assert drops(t(judge), "ignore_script") == {}
+
+
+# ------------------------------------------------------------------------------- blind edit
+def test_an_edit_of_lines_never_shown_is_blind_even_when_other_lines_were():
+    opened = st("open_file", {"path": "src/loss.py", "line_start": 55, "line_end": 62},
+                "[src/loss.py: lines 55-62 of 118]\n55: x\n")
+    inside = st("edit_file", {"path": "src/loss.py", "start_line": 58, "end_line": 60, "content": "y"},
+                "Edited src/loss.py lines 58-60. Now:\n57: a\n58: y\n")
+    outside = st("edit_file", {"path": "src/loss.py", "start_line": 37, "end_line": 38, "content": "z"}, "Edited")
+    d = drops(t(opened, inside, outside), "blind_edit")
+    assert list(d) == [2] and "lines 37-38 of src/loss.py after seeing only lines 55-62" in d[2]
+
+
+# ---------------------------------------------------------------------------- improper eval
+def test_an_eval_waits_only_for_jobs_that_write_what_is_evaluated():
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    assert list(drops(t(train, ev()), "improper_eval")) == [1]  # OUTPUT_DIR outputs/ckpt holds the checkpoint
+    side = created("scripts/refs.py", VLLM_BATCH.replace("outs = ", "open('outputs/refs.jsonl', 'w').write(str(") + "))\n")
+    unrelated = bg("python scripts/refs.py", "refs")
+    server = bg("bash scripts/serve.sh outputs/ckpt/final", "srv")
+    assert drops(t(train, idle("train"), side, unrelated, server, ev()), "improper_eval") == {}
+
+
+# ---------------------------------------------------------------------- performance regression
+def test_the_edit_is_the_regression_not_the_retrain_that_carries_it_out():
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    edit = st("edit_file", {"path": "configs/train.yaml", "start_line": 3, "end_line": 3, "content": "lr: 1e-3"}, "Edited")
+    steps = [train, idle("train"), ev(), edit, train, idle("train"), ev()]
+    d = drops(t(*steps, evals=[EvalRecord(step=2, score=38.2), EvalRecord(step=6, score=31.5)]),
+              "performance_regression")
+    assert list(d) == [3] and "best so far 38.2" in d[3]  # from 38.2 (below the old 50 floor) to 31.5
+
+
+# ---------------------------------------------------------------------- violate instruction
+def test_directives_parsed_into_checkable_constraints():
+    kinds = lambda text: [(d.kind, d.target, d.values.get("v")) for d in extract(text)]  # noqa: E731
+    assert kinds("Do not go above 0.6 for format_weight.") == [("bound", "format_weight", "0.6")]
+    assert kinds("Keep min_quality at 8; do not lower it.") == [("keep", "min_quality", "8")]
+    assert kinds("Use --min_votes 5 when extracting.") == [("flag", "--min_votes", "5")]
+    assert ("count", "examples", "40,000") in kinds("Keep the final training set at 40,000 examples or fewer.")
+    assert ("bound", "max_calls", "12") in kinds("Keep at most 12 tool calls per question; do not raise max_calls.")
+    assert [k for k, *_ in kinds("Do not touch the batch size and KL settings.")] == ["no_touch", "no_touch"]
+
+
+def test_a_breach_after_a_directive_is_a_violation_and_a_satisfying_action_is_not():
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    bound = g(st("edit_file", {"path": "configs/grpo.yaml", "start_line": 5, "end_line": 5, "content": "  format_weight: 0.9"},
+                 "Edited"), "Do not go above 0.6 for format_weight.")
+    ok = st("edit_file", {"path": "configs/grpo.yaml", "start_line": 5, "end_line": 5, "content": "  format_weight: 0.6"},
+            "Edited")
+    assert list(drops(t(bound, ok), "violate_instruction")) == [0]
+    keep = g(run("python scripts/select.py --input a --output outputs/s.jsonl --min_quality 7"),
+             "Keep min_quality at 8; do not lower it.")
+    assert "not 8 as told" in drops(t(keep), "violate_instruction")[0]
+    shown = st("open_file", {"path": "configs/dpo.yaml"}, "[configs/dpo.yaml: lines 1-3 of 3]\n1: per_device_train_batch_size: 4\n"
+                                                        "2: kl_penalty: 0.05\n3: learning_rate: 5e-7")
+    touch = st("edit_file", {"path": "configs/dpo.yaml", "start_line": 2, "end_line": 2, "content": "kl_penalty: 0.0"}, "Edited")
+    same = st("edit_file", {"path": "configs/dpo.yaml", "start_line": 1, "end_line": 1,
+                            "content": "per_device_train_batch_size: 4"}, "Edited")
+    lr = st("edit_file", {"path": "configs/dpo.yaml", "start_line": 3, "end_line": 3, "content": "learning_rate: 1e-6"}, "Edited")
+    d = drops(t(g(shown, "Do not touch the batch size and KL settings."), same, touch, lr), "violate_instruction")
+    assert list(d) == [2] and "kl_penalty (0.05 -> 0)" in d[2]  # same value and another topic are kept
+    flag = g(run("python scripts/mix.py --output outputs/mix.jsonl --max_per_problem 8"),
+             "Use --max_per_problem 4 in mix.py; more overweights easy problems.")
+    assert list(drops(t(flag, run("python scripts/mix.py --output outputs/mix.jsonl --max_per_problem 4")),
+                      "violate_instruction")) == [0]
+    big = g(run("head -n 58000 outputs/all.jsonl > outputs/sft.jsonl && wc -l outputs/sft.jsonl",
+                "$ head -n 58000 outputs/all.jsonl > outputs/sft.jsonl && wc -l outputs/sft.jsonl\n58000 outputs/sft.jsonl"),
+            "Keep the final training set at 40,000 examples or fewer.")
+    retrain = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    d = drops(t(big, retrain), "violate_instruction")
+    assert list(d) == [0] and "58,000 examples" in d[0]  # the breach, not the training run that consumes it
+    assert drops(t(big), "violate_instruction") == {}  # an intermediate file nobody trains on is no breach
