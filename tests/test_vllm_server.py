@@ -221,3 +221,51 @@ def test_tied_embeddings_update_in_place_smollm2(tmp_path, smollm2_dir):
 
     AutoTokenizer.from_pretrained(v0).save_pretrained(v1)
     _check_tied_update(tmp_path, v0, v1, max_model_len=1024)
+
+
+def test_two_servers_one_stopped_mid_run_the_episodes_finish_on_the_other(tmp_path, caplog):
+    """server.urls (issue 30): requests spread over two running servers; one is stopped between two
+    batches of episodes and the run goes on with the other, with one log line saying so; a weight
+    update reaches the servers still up; with none left, a loud error."""
+    import logging
+
+    v0, v1 = _models(tmp_path)
+    tasks = list_tasks(split="train")[:4]
+    cfg = AgentConfig(max_steps=2, summarize=False)
+    scfg = ServerConfig(max_model_len=4096, top_logprobs=5)
+    with VLLMServer(v0, scfg, log_path=tmp_path / "a.log") as a, VLLMServer(v0, scfg, log_path=tmp_path / "b.log") as b:
+        eng = VLLMServerEngine(v0, urls=[a.url, b.url], temperature=1.0, max_new_tokens=16, top_logprobs=5)
+        used: list[str] = []
+        pick = eng._pick
+        eng._pick = lambda messages: used.append(pick(messages)) or used[-1]  # record where each request went
+
+        def run(tag: str):
+            async def one(task):
+                return await arun_episode(task, eng, config=cfg, seed=3, trajectory_id=f"{task.task_id}-{tag}")
+            return run_episodes(tasks, one, concurrency=4, desc=tag, on_loop_end=eng.aclose)
+
+        first = run("both")
+        assert all(t.finish_reason != "error" for t in first)
+        assert {a.url, b.url} <= set(used)  # both served (4 tasks spread by their task message)
+        b.stop()
+        with caplog.at_level(logging.WARNING, logger="apollo.engines.vllm_server"):
+            second = run("one-left")
+        assert all(t.finish_reason != "error" and t.steps for t in second)
+        assert eng.live == [a.url]
+        lines = [r.getMessage() for r in caplog.records if "taken out" in r.getMessage()]
+        assert len(lines) == 1 and b.url in lines[0] and "1 of 2 server(s) left" in lines[0]
+        eng.update_weights(v1, version=1)  # the server still up takes the new weights
+        assert eng.policy_version == 1
+        a.stop()
+        with pytest.raises(EngineUnavailable, match="every vLLM server is down"):
+            eng.generate([{"role": "user", "content": "hi"}])
+
+
+def test_server_urls_in_params():
+    cfg = ServerConfig.from_params({"server": {"urls": ["http://10.0.0.5:8000/", "http://10.0.0.6:8000"]}})
+    assert cfg.running == ["http://10.0.0.5:8000", "http://10.0.0.6:8000"]
+    assert ServerConfig.from_params({"server": {"urls": "http://a:1, http://b:2"}}).running == ["http://a:1", "http://b:2"]
+    assert ServerConfig.from_params({"server": {"url": "http://a:1"}}).running == ["http://a:1"]
+    assert ServerConfig.from_params({}).running == []  # the stage starts its own
+    with pytest.raises(ValueError, match="server.urls must be a list of URLs"):
+        ServerConfig.from_params({"server": {"urls": [1, 2]}})

@@ -63,6 +63,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,8 @@ class ServerConfig:
     """``<stage>.server`` of params.yaml (all optional)."""
 
     url: str = ""  # a running server (e.g. http://10.0.0.5:8000); empty: the stage starts one
+    urls: list[str] = field(default_factory=list)  # several running servers (wins over url): requests
+    # spread over them; one that dies is taken out with a log line, none left is an error
     served_model_name: str = "policy"  # the name requests use; must match the running server's
     host: str = "127.0.0.1"
     port: int = 0  # 0: any free port
@@ -110,7 +113,16 @@ class ServerConfig:
         check_keys(raw, cls, "params.yaml: server")
         cfg = cls(**{k: v for k, v in raw.items() if v is not None})
         cfg.extra_args = [str(a) for a in (cfg.extra_args or [])]
+        if isinstance(cfg.urls, str):
+            cfg.urls = [u for u in cfg.urls.replace(",", " ").split() if u]
+        if not isinstance(cfg.urls, list) or not all(isinstance(u, str) and u.strip() for u in cfg.urls):
+            raise ValueError(f"params.yaml: server.urls must be a list of URLs, got {cfg.urls!r}")
         return cfg
+
+    @property
+    def running(self) -> list[str]:
+        """The running servers the stage uses (``urls``, else ``url``; empty: start one)."""
+        return [u.rstrip("/") for u in self.urls] or ([self.url.rstrip("/")] if self.url else [])
 
 
 TIED_RELOAD_EXTENSION = "apollo.engines.vllm_server.TiedWeightsReload"
@@ -298,7 +310,8 @@ class VLLMServerEngine:
         self,
         model_path: str | Path,
         *,
-        url: str,
+        url: str = "",
+        urls: list[str] | None = None,
         served_model_name: str = "policy",
         temperature: float = 0.7,
         top_p: float = 1.0,
@@ -314,15 +327,25 @@ class VLLMServerEngine:
         from transformers import AutoTokenizer
 
         self.model_path = str(model_path)
-        self.url = url.rstrip("/")
+        self.urls = [u.rstrip("/") for u in (urls or ([url] if url else []))]
+        if not self.urls:
+            raise EngineUnavailable("engine vllm_server needs a server: url or urls")
+        self.live = list(self.urls)  # servers still answering (one that fails is taken out)
         self.served_model_name = served_model_name
         self.policy_id = Path(self.model_path).name or self.model_path
         self.policy_version = policy_version
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
         self.top_logprobs = top_logprobs
         self.timeout_s = request_timeout_s
+        self._lock = threading.Lock()
         if check:
-            check_server(self.url, served_model_name)
+            for u in list(self.live):
+                try:
+                    check_server(u, served_model_name)
+                except EngineUnavailable as e:
+                    if len(self.urls) == 1:
+                        raise
+                    self._take_out(u, str(e))
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)
         self.max_context = max_context or 4096
         eos = {self.tokenizer.eos_token_id}
@@ -332,7 +355,6 @@ class VLLMServerEngine:
         self.eos_ids = sorted(i for i in eos if i is not None)
         self._sync = httpx.Client(timeout=request_timeout_s, limits=httpx.Limits(max_connections=256))
         self._async: dict[int, httpx.AsyncClient] = {}  # one per event loop
-        self._lock = threading.Lock()
 
     # -- prompts ----------------------------------------------------------------------------------
 
@@ -382,12 +404,47 @@ class VLLMServerEngine:
             gen_time_s=time.perf_counter() - t0, finish_reason=choice.get("finish_reason"), meta=meta,
         )
 
-    def _fail(self, e: Exception) -> EngineUnavailable:
+    # -- servers ----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The first server still answering (the one server, for a single-server engine)."""
+        return self.live[0] if self.live else self.urls[0]
+
+    def _pick(self, messages: list[dict[str, Any]]) -> str:
+        """The server for a prompt: by its first user message (the task), so that an episode's turns
+        and a group's samples of one task go to the same server and reuse its prefix cache; tasks
+        spread over the live servers."""
+        key = next((str(m.get("content")) for m in messages if m.get("role") == "user"), repr(messages[:1]))
+        with self._lock:
+            if not self.live:
+                raise EngineUnavailable(
+                    f"every vLLM server is down ({', '.join(self.urls)}): none left to generate with; "
+                    "restart them or set <stage>.server.urls")
+            return self.live[zlib.crc32(key.encode("utf-8", "replace")) % len(self.live)]
+
+    def _take_out(self, url: str, why: str) -> None:
+        with self._lock:
+            if url not in self.live:
+                return
+            self.live.remove(url)
+            left = len(self.live)
+        log.warning("vLLM server %s is down (%s): taken out; %d of %d server(s) left", url, why[:200], left,
+                    len(self.urls))
+
+    @staticmethod
+    def _server_down(e: Exception) -> bool:
+        """A failure of the server itself (unreachable, reset, 5xx), not of the request."""
+        if isinstance(e, httpx.HTTPStatusError):
+            return e.response.status_code >= 500
+        return isinstance(e, httpx.TransportError)
+
+    def _fail(self, e: Exception, url: str | None = None) -> EngineUnavailable:
         detail = str(e).splitlines()[0][:160]
         if isinstance(e, httpx.HTTPStatusError):
             detail = f"HTTP {e.response.status_code}: {e.response.text[:200]}"
         return EngineUnavailable(
-            f"the vLLM server at {self.url} (model '{self.served_model_name}') failed a generate request "
+            f"the vLLM server at {url or self.url} (model '{self.served_model_name}') failed a generate request "
             f"({type(e).__name__}: {detail}); check that it is running, or set <stage>.server.url".replace("\n", " "))
 
     # -- generation -------------------------------------------------------------------------------
@@ -400,12 +457,17 @@ class VLLMServerEngine:
         :meth:`apollo.engines.hf.HFEngine.generate`."""
         t0 = time.perf_counter()
         ids = self.prompt_ids(messages) + [int(t) for t in (prefix or [])]
-        try:
-            r = self._sync.post(self.url + "/inference/v1/generate", json=self._request(ids, seed))
-            r.raise_for_status()
-        except httpx.HTTPError as e:
-            raise self._fail(e) from e
-        return self._parse(r.json(), ids, t0, prefix)
+        body = self._request(ids, seed)
+        while True:
+            url = self._pick(messages)
+            try:
+                r = self._sync.post(url + "/inference/v1/generate", json=body)
+                r.raise_for_status()
+                return self._parse(r.json(), ids, t0, prefix)
+            except httpx.HTTPError as e:
+                if len(self.urls) == 1 or not self._server_down(e):
+                    raise self._fail(e, url) from e
+                self._take_out(url, f"{type(e).__name__}: {e}")
 
     def _client(self) -> httpx.AsyncClient:
         key = id(asyncio.get_running_loop())
@@ -420,12 +482,17 @@ class VLLMServerEngine:
         t0 = time.perf_counter()
         ids = await asyncio.to_thread(self.prompt_ids, messages)  # chat template + BPE: CPU work
         ids = ids + [int(t) for t in (prefix or [])]
-        try:
-            r = await self._client().post(self.url + "/inference/v1/generate", json=self._request(ids, seed))
-            r.raise_for_status()
-        except httpx.HTTPError as e:
-            raise self._fail(e) from e
-        return self._parse(r.json(), ids, t0, prefix)
+        body = self._request(ids, seed)
+        while True:
+            url = self._pick(messages)
+            try:
+                r = await self._client().post(url + "/inference/v1/generate", json=body)
+                r.raise_for_status()
+                return self._parse(r.json(), ids, t0, prefix)
+            except httpx.HTTPError as e:
+                if len(self.urls) == 1 or not self._server_down(e):
+                    raise self._fail(e, url) from e
+                self._take_out(url, f"{type(e).__name__}: {e}")
 
     async def aclose(self) -> None:
         client = self._async.pop(id(asyncio.get_running_loop()), None)
@@ -458,24 +525,38 @@ class VLLMServerEngine:
             ("/update_weight_version", {"json": {"new_version": str(int(version))}}),
             ("/resume", {}),
         ]
+        for url in list(self.live):
+            try:
+                self._update_one(url, steps, tied, path)
+            except httpx.TransportError as e:  # the server died: the others go on with the new weights
+                if len(self.urls) == 1:
+                    raise EngineUnavailable(f"weight update of the vLLM server at {url} failed "
+                                            f"({type(e).__name__}: {str(e)[:160]})") from e
+                self._take_out(url, f"weight update failed: {type(e).__name__}: {e}")
+        if not self.live:
+            raise EngineUnavailable(f"every vLLM server is down ({', '.join(self.urls)}): the weights reached none")
+        self.policy_version = int(version)
+        self.policy_id = Path(path).name or self.policy_id
+        return time.perf_counter() - t0
+
+    def _update_one(self, url: str, steps: list[tuple[str, dict[str, Any]]], tied: bool, path: str) -> None:
         for route, kw in steps:
             try:
-                r = self._sync.post(self.url + route, **kw)
+                r = self._sync.post(url + route, **kw)
                 r.raise_for_status()
+            except httpx.TransportError:
+                raise
             except httpx.HTTPError as e:
                 need = "VLLM_SERVER_DEV_MODE=1 (set by the pipeline when it starts the server)"
                 if tied and route == "/collective_rpc":
                     need += f" and, for this tied-embedding checkpoint, --worker-extension-cls {TIED_RELOAD_EXTENSION}"
                 raise EngineUnavailable(
-                    f"weight update of the vLLM server at {self.url} failed at {route} "
+                    f"weight update of the vLLM server at {url} failed at {route} "
                     f"({type(e).__name__}: {str(e)[:160]}); the server needs {need}") from e
             if tied and route == "/collective_rpc" and not any(r.json().get("results") or []):
                 raise EngineUnavailable(
-                    f"the vLLM server at {self.url} serves a model without tied embeddings, but {path} "
+                    f"the vLLM server at {url} serves a model without tied embeddings, but {path} "
                     f"ties them (no lm_head.weight to load): serve a tied model or save the checkpoint untied")
-        self.policy_version = int(version)
-        self.policy_id = Path(path).name or self.policy_id
-        return time.perf_counter() - t0
 
     def close(self) -> None:
         self._sync.close()

@@ -469,17 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def setup_rank_logging() -> None:
-    """A rank process's log lines (``APOLLO_LOG_LEVEL``, default INFO), the libraries' chatter at WARNING.
-    (``apollo/train/cli.py`` has the same lines; it is a stage dependency, so it keeps its copy until
-    the next ``dvc.lock`` re-lock.)"""
-    logging.basicConfig(level=os.environ.get("APOLLO_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("DeepSpeed", "deepspeed", "mlflow", "alembic", "urllib3", "httpx", "filelock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
+    from apollo.train.cli import setup_rank_logging
+
     setup_rank_logging()
     args, rest = build_parser().parse_known_args(argv)
     rest = [a for a in rest if not a.startswith("--local_rank")]

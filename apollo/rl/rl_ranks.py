@@ -127,7 +127,7 @@ def launch(program: str, spec: dict[str, Any], world_size: int, launcher: str, w
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from apollo.rl.distributed import setup_rank_logging
+    from apollo.train.cli import setup_rank_logging
 
     setup_rank_logging()
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,

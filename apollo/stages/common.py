@@ -116,7 +116,8 @@ def engine_session(p: dict[str, Any], model_path: str | Path, *, log_dir: Path |
     """The stage's engine for the section ``p`` of params.yaml, alive for the whole stage.
 
     ``vllm_server``: starts ``vllm serve`` on ``model_path`` (stopped on exit) unless
-    ``p.server.url`` names a running one; either way the server is checked first and a server that
+    ``p.server.url`` names a running one (or ``p.server.urls`` several: requests spread over them, a
+    server that dies taken out with a log line); either way the server is checked first and a server that
     cannot be used fails here with one sentence. ``scripted`` yields None (one engine per task).
     Other kinds: the process-wide cached engine.
     """
@@ -131,13 +132,15 @@ def engine_session(p: dict[str, Any], model_path: str | Path, *, log_dir: Path |
 
     cfg = ServerConfig.from_params(p)
     server = None
-    if not cfg.url:
+    urls = cfg.running
+    if not urls:
         log_path = (log_dir / "vllm-serve.log") if log_dir else None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         server = VLLMServer(model_path, cfg, log_path=log_path).start()
+        urls = [server.url]
     try:
-        engine = VLLMServerEngine(model_path, url=cfg.url or server.url, served_model_name=cfg.served_model_name,
+        engine = VLLMServerEngine(model_path, urls=urls, served_model_name=cfg.served_model_name,
                                   top_logprobs=cfg.top_logprobs, max_context=cfg.max_model_len,
                                   request_timeout_s=cfg.request_timeout_s, **engine_kwargs(p))
         _SERVED.append(engine)
@@ -162,10 +165,10 @@ def current_engine(p: dict[str, Any], model_path: str | Path) -> Engine:
     from apollo.engines.vllm_server import EngineUnavailable, ServerConfig, VLLMServerEngine
 
     cfg = ServerConfig.from_params(p)
-    if not cfg.url:
+    if not cfg.running:
         raise EngineUnavailable("engine vllm_server outside a stage session needs a running server: "
-                                "set <stage>.server.url (e.g. http://127.0.0.1:8000)")
-    return VLLMServerEngine(model_path, url=cfg.url, served_model_name=cfg.served_model_name,
+                                "set <stage>.server.url (e.g. http://127.0.0.1:8000) or server.urls")
+    return VLLMServerEngine(model_path, urls=cfg.running, served_model_name=cfg.served_model_name,
                             top_logprobs=cfg.top_logprobs, max_context=cfg.max_model_len, **engine_kwargs(p))
 
 

@@ -264,11 +264,17 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def setup_rank_logging() -> None:
+    """A rank process's log lines (``APOLLO_LOG_LEVEL``, default INFO), the libraries' chatter at WARNING
+    (the trainer's ranks here, the RL ranks through :mod:`apollo.rl.distributed`)."""
     logging.basicConfig(level=os.environ.get("APOLLO_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("DeepSpeed", "deepspeed", "mlflow", "alembic", "urllib3", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_rank_logging()
     args = build_parser().parse_args(argv)
     if args.print_ds_config:
         train_map, seed = _train_mapping(args)
