@@ -264,6 +264,37 @@ def test_stage_runs_two_iterations_and_logs_them_to_mlflow(model_dir, tmp_path, 
         rl.run(params, None, paths, "full")
 
 
+@pytest.mark.slow
+def test_stage_runs_the_update_on_two_deepspeed_ranks(model_dir, tmp_path, monkeypatch, caplog):
+    """appo.learner.backend deepspeed: the rl stage launches ``apollo.rl.rl_ranks appo`` on 2 CPU gloo ranks
+    (issue 30): the policy saved by rank 0 where evaluate reads it, the iteration in MLflow."""
+    import logging
+    import shutil
+
+    from apollo.config import Paths
+    from apollo.stages import rl
+    from apollo.tracking import stage_run
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    shutil.copytree(model_dir, tmp_path / "data" / "models" / "base")
+    params = copy.deepcopy(PARAMS)
+    params["seed"] = 0
+    params["appo"].update(iterations=1, tasks_per_iteration=1, n_init=2, n_branch=2, max_steps=2, max_new_tokens=8,
+                          tasks=[list_tasks(split="train")[0].task_id])
+    params["appo"]["learner"] = {**params["appo"]["learner"], "backend": "deepspeed", "world_size": 2,
+                                 "launcher": "deepspeed"}
+    paths = Paths(tmp_path).cell(0, "guided", "appo")
+    with caplog.at_level(logging.INFO, logger="apollo.stages.rl"), stage_run("rl@appo-0", root=tmp_path) as tracker:
+        summary = rl.run(params, tracker, paths, "appo")
+    assert "APPO update on 2 DeepSpeed rank(s)" in caplog.text
+    assert summary["appo.iterations"] == 1
+    out = tmp_path / "data" / "models" / "appo" / "s0"
+    assert (out / "model.safetensors").exists() and [h["iteration"] for h in
+                                                     json.loads((out / "appo_history.json").read_text())] == [1]
+    steps = [m.step for m in tracker.client.get_metric_history(tracker.run_id, "appo.reward.mean")]
+    assert steps == [1]
+
+
 def test_crashed_episodes_and_their_branches_are_not_trained():
     from apollo.rl.appo_loop import without_crashes
     from apollo.schema import Trajectory

@@ -97,15 +97,43 @@ def run(params: dict[str, Any], tracker=None, paths: Paths | None = None, varian
         if tracker is not None:
             tracker.log_metrics({f"appo.{k}": v for k, v in m.items()}, step=it)
 
-    summary = run_appo(cfg, base_model=paths.base_model, out=paths.model(variant),
-                       checkpoint_dir=paths.checkpoints(variant), seed=seed, variant=variant,
-                       on_metrics=on_metrics, iterations=iterations)
+    from apollo.rl.distributed import deepspeed_learner
+
+    opts = deepspeed_learner(cfg.learner, "appo.learner")
+    if opts is not None:  # the update on world_size DeepSpeed ranks, the loop on rank 0 (docs/training.md)
+        summary = _appo_on_ranks(params, opts, paths, variant, seed, iterations, on_metrics)
+    else:
+        summary = run_appo(cfg, base_model=paths.base_model, out=paths.model(variant),
+                           checkpoint_dir=paths.checkpoints(variant), seed=seed, variant=variant,
+                           on_metrics=on_metrics, iterations=iterations)
     if tracker is not None:
         tracker.log_metrics(summary)
     if iterations is None or iterations >= cfg.iterations:
         from transformers import AutoModelForCausalLM
 
         AutoModelForCausalLM.from_pretrained(paths.model(variant))  # the policy must load
+    return summary
+
+
+def _appo_on_ranks(params: dict[str, Any], opts: Any, paths: Paths, variant: str, seed: int,
+                   iterations: int | None, on_metrics: Any) -> dict[str, Any]:
+    """``python -m apollo.rl.rl_ranks appo`` on ``opts.world_size`` ranks under ``opts.launcher`` (the
+    pod's GPUs, or CPU gloo ranks): rank 0 runs the loop and saves the policy; the iterations it
+    recorded go to MLflow afterwards (``appo_history.json`` once the run is finished)."""
+    import json
+
+    from apollo.rl.rl_ranks import launch
+
+    out, ckpt = paths.model(variant), paths.checkpoints(variant)
+    spec = {"params": params, "variant": variant, "seed": seed, "base_model": str(paths.base_model),
+            "out": str(out), "checkpoint_dir": str(ckpt), "iterations": iterations}
+    log.info("rl: APPO update on %d DeepSpeed rank(s) (ZeRO-%d, launcher %s)", opts.world_size, opts.zero_stage,
+             opts.launcher)
+    summary = launch("appo", spec, opts.world_size, opts.launcher, work=ckpt.parent / f"{ckpt.name}.ranks")
+    hist = out / "appo_history.json"
+    if hist.exists():
+        for h in json.loads(hist.read_text()):
+            on_metrics(int(h["iteration"]), {k: v for k, v in h.items() if k != "iteration" and isinstance(v, (int, float))})
     return summary
 
 
