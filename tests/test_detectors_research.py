@@ -52,8 +52,14 @@ def test_a_refused_call_is_a_refused_action_and_bad_json_an_invalid_action():
     from apollo.agent.actions import parse_action
 
     bad = bad.model_copy(update={"action": parse_action(bad.assistant_text)})
-    steps, _ = Masker(MaskConfig()).mask([t(refused, bad)])
+    masker = Masker(MaskConfig())
+    steps, _ = masker.mask([t(refused, bad)])
     assert [(s.mask.keep, s.mask.category) for s in steps[0].steps] == [(False, "refused_action"), (False, "invalid_action")]
+    # the mask stage's GX checkpoint checks every drop's category against this list
+    from apollo.quality import check_masks
+
+    assert {"refused_action", "invalid_action"} <= set(masker.categories)
+    assert check_masks(steps, known_categories=masker.categories).success
 
 
 # -------------------------------------------------------------------------- resource waste
