@@ -19,7 +19,12 @@ Measured, on the same trajectories in the same run:
 * ``naive``       — a deep copy of every trajectory and, per step, every rule's pattern compiled
   again from its source text (``re`` cache purged) and searched in turn (a lower bound, for scale).
 
-Prints actions/s for each and the ratio masker/previous; the goal is ≥ 20,000 actions/s for the masker.
+Prints actions/s for each and the ratio masker/previous. The goal (issue 33): ≥ 40,000 actions/s of
+CPU time for the masker on a quiet core — what the previous masker does there (~40k), i.e. the richer
+detectors at no loss of speed; on a loaded machine both numbers fall together, the ratio holds.
+Where the time goes and what made it fast: the substring gates in front of wide regexes
+(:mod:`apollo.supervision.gates`), per-step facts computed once (:func:`apollo.supervision.facts.per_step`),
+one shared frozen decision for the steps where nothing fired.
 """
 
 from __future__ import annotations
@@ -172,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                          ("naive (deep copy, per-step recompile)", r_base)]:
         print(f"{name:<44} {c:>16,.0f} {w:>17,.0f}")
     print(f"ratio masker / previous masker: {r_masker[0] / r_prev[0]:.2f}x (CPU); masker / naive: "
-          f"{r_masker[0] / r_base[0]:.1f}x   goal masker >= 20,000 actions/s: "
-          f"{'met' if r_masker[0] >= 20_000 else 'NOT met'}")
+          f"{r_masker[0] / r_base[0]:.1f}x   goal masker >= 40,000 actions/s (CPU): "
+          f"{'met' if r_masker[0] >= 40_000 else 'NOT met'}")
     return 0
 
 

@@ -207,3 +207,182 @@ def test_a_breach_after_a_directive_is_a_violation_and_a_satisfying_action_is_no
     d = drops(t(big, retrain), "violate_instruction")
     assert list(d) == [0] and "58,000 examples" in d[0]  # the breach, not the training run that consumes it
     assert drops(t(big), "violate_instruction") == {}  # an intermediate file nobody trains on is no breach
+
+
+# ------------------------------------------------------- session 40: more ways the tasks say it
+def test_more_directive_forms_keep_a_topic_leave_a_file_alone_and_the_last_eval_rule():
+    kinds = lambda text: [(d.kind, d.target, d.values.get("v")) for d in extract(text)]  # noqa: E731
+    assert ("keep", r"learning_rate|(?:^|_)lr(?:_|$)", "2e-5") in kinds("Keep the learning rate at 2e-5.")
+    assert kinds("Revert configs/dpo.yaml to beta 0.1 and leave that file alone.") == [("forbid_write", "configs/dpo.yaml", None)]
+    assert kinds("Leave scripts/train.sh as it is.") == [("forbid_write", "scripts/train.sh", None)]
+    assert kinds("Do not spend the last eval without a clear improvement on dev (scripts/bench.py) first.") == \
+        [("eval_needs_check", "scripts/bench.py", None)]
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    edit = lambda c: st("edit_file", {"path": "configs/train.yaml", "start_line": 5, "end_line": 5, "content": c}, "Edited")
+    d = drops(t(g(edit("learning_rate: 2.0e-5"), "Keep the learning rate at 2e-5."), edit("learning_rate: 4.0e-5")),
+              "violate_instruction")
+    assert list(d) == [1] and "not 2e-5 as told" in d[1]  # 2.0e-5 is the value asked for: kept
+    dpo = lambda c: st("edit_file", {"path": "configs/dpo.yaml", "start_line": 3, "end_line": 3, "content": c}, "Edited")
+    d = drops(t(g(dpo("beta: 0.1"), "Revert configs/dpo.yaml to beta 0.1 and leave that file alone."),
+                dpo("learning_rate: 1.0e-6")), "violate_instruction")
+    assert list(d) == [1]  # the revert asked for is kept, the edit after it is not
+
+
+def test_the_last_eval_needs_a_change_and_the_named_check_after_it():
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    rule = "Do not spend the last eval without a clear improvement on dev (scripts/bench.py) first."
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    bench = run("python scripts/bench.py --model outputs/ckpt/final")
+    edit = st("edit_file", {"path": "configs/train.yaml", "start_line": 3, "end_line": 3, "content": "lr: 1e-5"}, "Edited")
+    base = [train, idle("train"), ev(), g(edit, rule), train, idle("train"), ev()]
+    unchanged = drops(t(*base, ev()), "violate_instruction")
+    assert list(unchanged) == [7] and "nothing changed" in unchanged[7]
+    unchecked = drops(t(*base, edit, train, idle("train"), ev()), "violate_instruction")
+    assert list(unchecked) == [10] and "without running scripts/bench.py" in unchecked[10]
+    checked = drops(t(*base, edit, train, idle("train"), bench, ev()), "violate_instruction")
+    assert checked == {}
+
+
+def test_an_own_script_named_like_a_provided_one_by_prefix_by_its_line_or_by_what_it_writes():
+    decon = created("scripts/decon.py", "import json, sys\nout = open(sys.argv[2], 'w')\n")
+    scripts = {**SCRIPTS, "scripts/decontaminate.py": "- `scripts/decontaminate.py --input IN --output OUT`: CPU; "
+                                                     "removes samples sharing a 13-gram with dev.",
+               "scripts/run_agent.py": "- `scripts/run_agent.py --split dev|test [--output OUT]`: runs the scaffold and "
+                                       "writes predictions (default `outputs/<split>_predictions.jsonl`)."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tt = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    assert "own version of the provided scripts/decontaminate.py" in drops(tt(decon), "ignore_script")[0]
+    acc = created("scripts/dev_acc.py", VLLM_BATCH)  # "bench.py: dev accuracy with vLLM"
+    assert "scripts/bench.py" in drops(tt(acc), "ignore_script")[0]
+    runner = created("scripts/go.py", "import json\nwith open('outputs/test_predictions.jsonl', 'w') as fh:\n    pass\n")
+    assert "scripts/run_agent.py" in drops(tt(runner), "ignore_script")[0]
+    fixer = created("scripts/go.py", "import json\nrows = list(open('outputs/test_predictions.jsonl'))\n"
+                                     "with open('outputs/test_predictions.jsonl', 'w') as fh:\n    pass\n")
+    assert drops(tt(fixer), "ignore_script") == {}  # rewrites the provided script's output in place: not a copy of it
+    notes = created("scripts/dev_split_stats.py", "print(1)\n")  # a word of its name is in no provided line
+    assert drops(tt(notes), "ignore_script") == {}
+
+
+def test_a_provided_multi_gpu_script_run_as_one_process_is_waste_whatever_its_name():
+    scripts = {**SCRIPTS,
+               "scripts/score_pairs.py": "- `scripts/score_pairs.py --input IN --output OUT [--batch_size 32]`: reward-model "
+                                         "scores (batched, `accelerate launch --num_processes 8`).",
+               "scripts/backtranslate.py": "- `scripts/backtranslate.py --input IN --output OUT [--tensor_parallel_size 1] "
+                                           "[--data_parallel 8]`: vLLM back-translation; with `--data_parallel 8` it starts "
+                                           "one vLLM engine per GPU."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tt = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    plain = bg("python scripts/score_pairs.py --input a --output outputs/s.jsonl", "sc")
+    assert "on 1 GPU(s) while 8" in drops(tt(plain), "resource_waste")[0]
+    launched = bg("accelerate launch --num_processes 8 scripts/score_pairs.py --input a --output outputs/s.jsonl", "sc")
+    assert drops(tt(launched), "resource_waste") == {}
+    one = bg("python scripts/backtranslate.py --input a --output outputs/bt.jsonl", "bt")
+    assert "on 1 GPU(s)" in drops(tt(one), "resource_waste")[0]
+    dp = bg("python scripts/backtranslate.py --input a --output outputs/bt.jsonl --data_parallel 8", "bt")
+    assert drops(tt(dp), "resource_waste") == {}
+
+
+# ------------------------------------- session 40, second round (the dev split of blind_research2)
+def test_usage_lines_as_tasks_write_them_tables_dashes_and_usage_parentheses():
+    from apollo.supervision.facts import CPU_DOC_RE, signature
+
+    table = ("| `scripts/split_docs.py` | `python scripts/split_docs.py --src data/reports --out FILE [--passage_tokens 512]` "
+             "| CPU: cuts reports into passages |")
+    dash = "- `scripts/inject_bugs.py` — CPU. `python scripts/inject_bugs.py --programs DIR --out FILE [--per_program 4]` applies"
+    paren = "- `scripts/ppl_tag.py` (usage: `torchrun --nproc_per_node 8 scripts/ppl_tag.py --in DIR --out DIR`) adds `ppl`"
+    assert [f for f, _ in signature(table).flags] == ["--src", "--out", "--passage_tokens"]
+    assert [f for f, _ in signature(dash).flags] == ["--programs", "--out", "--per_program"]
+    assert [f for f, _ in signature(paren).flags] == ["--in", "--out"]
+    assert CPU_DOC_RE.search(table) and CPU_DOC_RE.search(dash) and not CPU_DOC_RE.search(paren)
+    assert not CPU_DOC_RE.search("- `scripts/train.sh DATA OUT`: ZeRO-3 with CPU offload, `torchrun --nproc_per_node 8`.")
+
+
+def test_gpu_counts_a_script_line_states_replicas_tensor_parallel_and_per_gpu():
+    scripts = {**SCRIPTS,
+               "scripts/repair_dev.py": "- `scripts/repair_dev.py` — dev check. `python scripts/repair_dev.py --ckpt DIR "
+                                        "[--replicas 8]` repairs the dev bugs (one vLLM replica per GPU).",
+               "scripts/shop_dev.py": "- `scripts/shop_dev.py` runs a checkpoint on the dev tasks (it starts its own vLLM "
+                                      "server at tensor parallel 4). Usage: `python scripts/shop_dev.py --ckpt DIR`."}
+    facts = FACTS.model_copy(update={"scripts": scripts, "compute_pool": [Machine(kind="gpu", gpus=4)]})
+    tt = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    for cmd in ("python scripts/repair_dev.py --ckpt outputs/c --replicas 4", "python scripts/repair_dev.py --ckpt outputs/c",
+                "python scripts/shop_dev.py --ckpt outputs/c"):
+        assert drops(tt(bg(cmd, "dev")), "resource_waste") == {}, cmd  # all 4 GPUs, by the flag or the line
+    assert "on 1 GPU(s)" in drops(tt(bg("python scripts/repair_dev.py --ckpt outputs/c --replicas 1", "d")),
+                                  "resource_waste")[0]
+
+
+def test_a_dev_run_writes_its_default_output_and_does_not_hold_the_eval_of_the_test_output():
+    from apollo.supervision.facts import _default_outputs
+
+    line = ("- `scripts/run_qa.py` — `python scripts/run_qa.py --split dev|test [--out FILE]` writes predictions "
+            "(default `outputs/<split>_pred.jsonl`).")
+    assert _default_outputs(line, {"--split": "dev"}) == ["outputs/dev_pred.jsonl"]
+    assert _default_outputs(line, {}) == []  # a placeholder without a value: unknown
+    desc = DESC.replace("The evaluation scores `outputs/ckpt/final/`", "The evaluation reads `outputs/test_pred.jsonl`")
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/run_qa.py": line}})
+    tt = lambda *steps: traj(*steps, desc=desc, facts=facts)  # noqa: E731
+    assert drops(tt(bg("python scripts/run_qa.py --split dev", "dev"), ev()), "improper_eval") == {}
+    assert list(drops(tt(bg("python scripts/run_qa.py --split test", "te"), ev()), "improper_eval")) == [1]
+
+
+def test_a_new_job_that_names_the_output_is_no_evidence_the_old_one_finished():
+    first = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    again = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train2")
+    oom = st("get_session_output", {"session_id": "train2"}, "$ bash scripts/train.sh outputs/sft.jsonl outputs/ckpt\n"
+             "torch.OutOfMemoryError: CUDA out of memory.\n[session 'train2': finished, exit code 1]")
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    d = drops(t(first, again, oom, sleep), "resource_waste")
+    assert list(d) == [1]  # the duplicate; the sleep waits for the first run, which still runs
+
+
+def test_hf_generation_one_at_a_time_is_waste_on_a_gpu_task_without_vllm_but_not_on_a_cpu_box():
+    no_vllm = DESC.replace("vLLM 0.6.3 is installed.", "vLLM is not available.")
+    assert list(drops(traj(created("scripts/tag.py", HF_LOOP), desc=no_vllm, facts=FACTS), "inefficient_inference")) == [0]
+    cpu = FACTS.model_copy(update={"compute_pool": [Machine(kind="localhost_cpu", cpus=8)]})
+    assert drops(traj(created("scripts/tag.py", HF_LOOP), desc=no_vllm, facts=cpu), "inefficient_inference") == {}
+    fixed_slice = HF_LOOP.replace('json.loads(line)["q"]', 'json.loads(line)["messages"][:2]')
+    assert list(drops(t(created("scripts/tag.py", fixed_slice)), "inefficient_inference")) == [0]  # [:2] is no batch
+
+
+def test_a_provided_scripts_inner_trainer_is_not_the_agents_own_and_own_versions_by_every_name_word():
+    scripts = {**SCRIPTS, "scripts/distill.sh": "- Training: `bash scripts/distill.sh CONFIG OUT` — runs "
+                                                "`scripts/kd_train.py` with `torchrun --nproc_per_node 8`.",
+               "scripts/run_tests.py": "- `scripts/run_tests.py` — CPU. `python scripts/run_tests.py --in FILE --out FILE`."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tt = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    inner = bg("torchrun --nproc_per_node 4 scripts/kd_train.py --config c.yaml --output_dir outputs/ckpt", "train")
+    assert drops(tt(inner), "ignore_script") == {}
+    assert "on 4 GPU(s) while 8" in drops(tt(inner), "resource_waste")[0]
+    own = created("scripts/fast_tests.py", "import json, sys\nfrom multiprocessing import Pool\n")
+    assert "scripts/run_tests.py" in drops(tt(own), "ignore_script")[0]  # fast_ is a qualifier, tests the function
+
+
+def test_the_change_a_still_running_job_makes_is_judged_at_the_eval_that_measures_it():
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    select = bg("python scripts/select.py --in outputs/tagged --out outputs/sel.jsonl --sort ppl", "sel")
+    retrain = bg("bash scripts/train.sh outputs/sel.jsonl outputs/ckpt", "train")  # new data, same shape
+    steps = [train, idle("train"), ev(), select, ev(), idle("sel"), retrain, idle("train"), ev()]
+    d = drops(t(*steps, evals=[EvalRecord(step=2, score=44.0), EvalRecord(step=4, score=44.0),
+                               EvalRecord(step=8, score=36.5)]), "performance_regression")
+    assert list(d) == [3] and "did not measure it" in d[3]
+
+
+def test_more_directive_forms_or_lower_at_n_or_fewer_blocks_and_word_values():
+    kinds = lambda text: [(d.kind, d.target, d.values.get("op"), d.values.get("v")) for d in extract(text)]  # noqa: E731
+    assert kinds("Keep the generation temperature at 0.7 or lower.") == [("bound", "temperature", "le", "0.7")]
+    assert kinds("Keep the synthetic pairs at 100,000 or fewer.") == [("count", "pairs", "le", "100,000")]
+    assert kinds("Don't change the optim block in configs/distill.yaml.") == [("no_touch_block", "configs/distill.yaml", None, None)]
+    assert kinds("Use --min_q as a threshold and keep the crawl order.") == []
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    temp = g(run("python scripts/rewrite.py --input a --output outputs/r.jsonl --model m --temperature 0.9"),
+             "Keep the generation temperature at 0.7 or lower.")
+    assert "past the bound of 0.7" in drops(t(temp), "violate_instruction")[0]
+    shown = st("open_file", {"path": "configs/distill.yaml"},
+               "[configs/distill.yaml: lines 1-6 of 6]\n1: model: m\n2: max_len: 2048\n3: optim:\n4:   lr: 2.0e-5\n"
+               "5:   warmup_steps: 100\n6: kd_weight: 0.5")
+    in_block = st("edit_file", {"path": "configs/distill.yaml", "start_line": 4, "end_line": 4, "content": "  lr: 4.0e-5"}, "Edited")
+    outside = st("edit_file", {"path": "configs/distill.yaml", "start_line": 6, "end_line": 6, "content": "kd_weight: 0.7"},
+                 "Edited")
+    d = drops(t(g(shown, "Don't change the optim block in configs/distill.yaml."), outside, in_block), "violate_instruction")
+    assert list(d) == [2] and "optim block" in d[2]

@@ -162,7 +162,9 @@ def test_ignore_script_by_what_the_agent_runs():
     use = run("python scripts/build.py --output output/answers.jsonl")
     # the description does not name output/answers.jsonl on the script's line: still caught
     d = drops(traj(naive, own, run_own, desc=desc), "ignore_script")
-    assert sorted(d) == [0, 2] and "by hand" in d[0] and "with its own my_build.py" in d[2]
+    # my_build.py is its own version of build.py by name (issue 33): the file and its run
+    assert sorted(d) == [0, 1, 2] and "by hand" in d[0] and "own version of the provided scripts/build.py" in d[1]
+    assert "my_build.py" in d[2]
     assert drops(traj(use, naive, desc=desc), "ignore_script") == {}  # it ran the provided script first
     failed = run("python scripts/build.py --output output/answers.jsonl", code=1)
     assert list(drops(traj(failed, naive, desc=desc), "ignore_script")) == [1]  # a failed run is no use

@@ -217,8 +217,12 @@ def test_staleness_grid_settings_read_the_projects_params():
     assert [round(lag_mean(levels[n]["lag"]), 1) for n in ("lag1", "lag4", "lag8")] == [1.0, 4.0, 8.0]
     cells = {(c["level"], c["seed"], c["mode"]) for c in st["cells"]}
     assert {(lv, s) for lv, s, _ in cells} == {("lag1", 0), ("lag4", 0), ("lag8", 0), ("lag8", 1), ("lag8", 2),
-                                               ("lag8_lr1e-3", 0)}
-    assert {m for *_, m in cells} == {"sao", "grpo_async"} and len(st["cells"]) == 12
+                                               ("lag8_lr1e-3", 0), ("lag8_lr1e-3", 1), ("lag8_lr1e-3", 2),
+                                               ("lag1_lr1e-3", 0), ("lag8_lr1e-3_band08", 0), ("lag8_lr1e-3_warm100", 0)}
+    assert {m for *_, m in cells} == {"sao", "grpo_async"} and len(st["cells"]) == 22
+    probe = {c["level"]: loop_config(c["loop"], mode="sao") for c in st["cells"] if c["seed"] == 0}
+    assert (probe["lag8_lr1e-3_band08"].eps_low, probe["lag8_lr1e-3_band08"].eps_high) == (0.8, 3.0)
+    assert probe["lag8_lr1e-3_warm100"].critic_warmup_steps == 100 and probe["lag1_lr1e-3"].actor_lr == 1e-3
     over = params["sao"]["stability"]["overrides"]
     for c in st["cells"]:
         cfg = loop_config(c["loop"], mode=c["mode"])

@@ -71,7 +71,10 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
+    Gated,
+    code_outputs,
     covers,
+    doc_says,
     VLLM_RE,
     Facts,
     TaskInfo,
@@ -194,7 +197,7 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if tool not in _WRITE_TOOLS or not f.ok(i):
             continue
         runs = f.script_runs(i)
-        provided = [s for s in runs if s in f.scripts]
+        provided = [s for s in runs if s in f.scripts or s in f.inner_scripts]
         if tool == "create_file" or (runs and any(r in own for r in runs)):
             reason = _own_version_reason(f, i, own)
             if reason:
@@ -252,26 +255,58 @@ def _name_words(path: str) -> set[str]:
     return {w for w in re.split(r"[_\W]+", base) if w and w not in _QUALIFIERS}
 
 
+_GENERIC = {"my", "own", "new", "simple", "lean", "fast", "quick", "custom", "tmp", "v2", "v3", "alt", "mini", "tiny",
+            "run", "do", "script", "tool", "main", "test", "all", "the", "py", "sh", "data", "utils", "util", "common",
+            "config", "helper", "helpers", "lib", "io", "better", "improved", "fixed", "local", "cheap", "inproc"}
+_DOC_PATH_RE = re.compile(r"((?:[\w.<>{}-]+/)+[\w.<>{}-]+\.[A-Za-z]\w*)")
+
+
+def _prefix_match(a: str, b: str) -> bool:
+    """Two name words name the same thing: equal, or one a prefix (>= 4 letters) of the other (decon /
+    decontaminate, acc / accuracy)."""
+    return a == b or (min(len(a), len(b)) >= 3 and (a.startswith(b) or b.startswith(a)) and max(len(a), len(b)) >= 4)
+
+
+def _doc_outputs(doc: str) -> list[re.Pattern[str]]:
+    """The files a provided script's line says it writes by default (``outputs/<split>_predictions.jsonl``)."""
+    out = []
+    for m in _DOC_PATH_RE.findall(doc):
+        if "/" in m and re.match(r"(?:outputs?|results?|data)/", m):
+            out.append(re.compile(re.sub(r"<[^>]*>|\\\{[^}]*\\\}", "[^/]+", re.escape(m)) + "$"))
+    return out
+
+
 def own_version_of(f: Facts, path: str, content: str) -> str | None:
-    """The provided script an agent-written script duplicates (same function by name), or None; a
-    wrapper that calls a provided script is none."""
-    if not path.endswith((".py", ".sh")) or path in f.scripts or f.is_output(path):
+    """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
+    script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
+    other: ``decon.py`` / ``decontaminate.py``), by the words of the provided script's line (every word
+    of the name, two at least, in it: ``dev_acc.py`` / "bench.py: dev accuracy with vLLM"), or by what it
+    writes (a file the provided script's line names as its output, made here, not read)."""
+    if not path.endswith((".py", ".sh")) or path in f.scripts or path in f.inner_scripts or f.is_output(path):
         return None
     if any(s in content or os.path.basename(s) in content for s in f.scripts):
         return None  # a wrapper (run_filter.sh) or a module that imports/calls the provided one
     mine, words = _function_words(path), _name_words(path)
+    named = {w for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
     uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
-    best = None
+    writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1]
     for s in f.scripts:
         doc = f.script_docs.get(s, "")
-        if uses_model and CPU_DOC_RE.search(doc):
+        if uses_model and doc_says(CPU_DOC_RE, doc):
             continue  # a model-based check is not the provided CPU tool done again (another method)
         theirs = _function_words(s)
         shared = mine & theirs
         if shared and (shared >= theirs or _name_words(s) <= words | mine):
-            best = s
-            break
-    return best
+            return s
+        their_words = {w for w in re.split(r"[_\W]+", os.path.basename(s).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
+        if named and all(any(_prefix_match(a, b) for b in their_words) for a in named):
+            return s  # decon.py / decontaminate.py, my_pack.py / pack_context.py, fast_tests.py / run_tests.py
+        doc_words = set(re.findall(r"[a-z][a-z0-9]+", doc.split(":", 1)[-1].lower()))
+        if len(named) >= 2 and all(any(_prefix_match(a, b) for b in doc_words) for a in named):
+            return s  # dev_acc.py / "dev accuracy with vLLM"
+        if writes and any(rx.match(w) for rx in _doc_outputs(doc) for w in writes):
+            return s  # it makes the file the provided script is there to make
+    return None
 
 
 def _own_version_reason(f: Facts, i: int, own: dict[str, str]) -> str | None:
@@ -310,13 +345,23 @@ _CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.po
 
 
 def _loop_iters_batches(loop: Any) -> bool:
-    """A ``for`` over batches: ``range(a, b, step)`` or a body that slices ``x[i:i + n]``."""
+    """A ``for`` over batches: ``range(a, b, step)`` or a body that slices ``x[i:i + n]`` (``x[i:min(i + n,
+    len(x))]``); not a fixed slice such as ``messages[:2]`` or ``out[0, n:]``."""
     import ast
 
     it = getattr(loop, "iter", None)
     if isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range" and len(it.args) == 3:
         return True
-    return any(isinstance(n, ast.Slice) and n.upper is not None for n in ast.walk(loop))
+
+    def batch_slice(n: Any) -> bool:
+        if not isinstance(n, ast.Slice) or n.lower is None or n.upper is None:
+            return False
+        up = n.upper
+        if isinstance(up, ast.Call) and getattr(up.func, "id", "") == "min" and up.args:
+            up = up.args[0]
+        return isinstance(up, ast.BinOp) and isinstance(up.op, ast.Add)
+
+    return any(batch_slice(n) for n in ast.walk(loop))
 
 
 @lru_cache(maxsize=2048)
@@ -355,14 +400,14 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
     """Generating one sample at a time (a script the agent writes, and each run of it), or running plain
     transformers generation where vLLM is available (by what runs)."""
     out: list[Finding] = []
-    served = lambda i: any(j.server and VLLM_RE.search(j.command + f.script_docs.get(  # noqa: E731
-        next(iter(f.script_runs(j.step)), ""), "")) for j in f.jobs_before[i])
     for i in range(f.n):
         tool = f.tools[i]
         if tool == "create_file" and f.ok(i) and str(f.args[i].get("path", "")).endswith(".py"):
             code = f.args[i].get("content")
             how = one_at_a_time(code) if isinstance(code, str) else None
-            if how and ("transformers" not in how or f.vllm_available or served(i)):
+            if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
+                # (transformers batches too: one sample per generate call wastes a GPU with or without vLLM;
+                # on a CPU-only machine there is no accelerator to leave idle)
                 out.append(_drop(i, "inefficient_inference", f"writes {norm_path(f.args[i]['path'])}, which {how}"))
             continue
         if tool != "run_command" or not f.ok(i):
@@ -370,7 +415,7 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
         cmd = f.command(i)
         code = f.known_code[i]
         slow = [(s, h) for s in f.script_runs(i) if (h := one_at_a_time(code.get(s, "")))
-                and ("transformers" not in h or f.vllm_available or served(i))]
+                and ("transformers" not in h or f.vllm_available or (f.gpus or 0) >= 1)]
         if slow:
             out.append(_drop(i, "inefficient_inference", f"runs {slow[0][0]}, which {slow[0][1]}"))
             continue
@@ -413,7 +458,8 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
     for i, s in enumerate(f.steps):
         a = s.action
         reason = None
-        if not s.assistant_text.strip():
+        text = s.assistant_text
+        if not text or text.isspace():
             reason = "empty response"
         elif not a.valid:
             if is_json_error(a.parse_error):
@@ -429,8 +475,8 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 required, params, nonempty = checks
                 args = a.arguments
                 missing = [n for n in required if args.get(n) is None]
-                unknown = sorted(k for k in args if k not in params)
-                empty = [n for n in nonempty if isinstance(args.get(n), str) and not args[n].strip()]
+                unknown = [] if params.issuperset(args) else sorted(k for k in args if k not in params)
+                empty = [n for n in nonempty if isinstance(v := args.get(n), str) and (not v or v.isspace())]
                 if missing:
                     reason = f"{a.tool} is missing required argument(s) {missing}"
                 elif unknown:
@@ -452,27 +498,33 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
     evals = f.eval_scores
     best = float("-inf")
     breaches = {i for i, _ in violations(f, p.instruction_window)} if len(evals) > 1 else set()
-    ran: set[str] = set()  # commands run before (a re-run of one is a consequence, not a cause)
+    ran: set[str] = set()  # commands run before, by their shape (a re-run of one is a consequence, not a cause)
+    before: list[int] = []  # their steps (shapes computed only once a regression needs them)
     last = 0
+    carried: list[int] = []  # jobs still running at an eval: the eval did not measure them, the next one does
     for (pos0, s0), (pos1, s1) in zip(evals, evals[1:]):
         best = max(best, s0)
-        for j in range(last, pos0 + 1):
-            if f.tools[j] == "run_command" and f.ok(j):
-                ran.add(" ".join(f.command(j).split()))
+        before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.ok(j) and j not in carried]
+        # jobs started since this eval and still running at the next one: that eval does not measure them
+        unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0}
+        window = sorted((set(carried) | set(range(pos0 + 1, min(pos1, f.n)))) - unmeasured)
+        carried = sorted(unmeasured)
         last = pos0 + 1
         if best < p.regression_high_score or s1 >= best - p.regression_min_drop:
             continue
         nxt = f"the next eval (step {pos1})" if pos1 < f.n else "the final eval"
+        ran.update(_shape(f.command(j)) for j in before)
+        before = []
         causes = []
         end = min(pos1, f.n)
-        for i in range(pos0 + 1, end):
+        for i in window:
             if not f.writes[i] or i in breaches:
                 continue  # (a breach of a directive is violate_instruction: named once)
             tool = f.tools[i]
             if tool == "run_command":
-                cmd = " ".join(f.command(i).split())
+                cmd = _shape(f.command(i))
                 if cmd in ran:
-                    continue  # a re-run / retrain of a command run before: carries the change out
+                    continue  # a re-run / retrain of a command run before (new data paths): carries the change out
                 ran.add(cmd)
                 if not _feeds_result(f, i, end):
                     continue
@@ -481,10 +533,22 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                 continue  # a new script changes nothing until it runs (its run is judged)
             causes.append(i)
         for i in causes:
+            when = f"after the eval at step {pos0}" if i > pos0 else \
+                f"with a job still running at the eval at step {pos0} (which did not measure it)"
             out.append(_drop(i, "performance_regression",
-                             f"changed what is evaluated after the eval at step {pos0} (best so far {best:g}); "
-                             f"{nxt} scored {s1:g}"))
+                             f"changed what is evaluated {when} (best so far {best:g}); {nxt} scored {s1:g}"))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _shape(cmd: str) -> str:
+    """A command with its file paths blanked: ``launch_sft.sh outputs/train_v3.jsonl outputs/fc_sft`` has the
+    shape of ``launch_sft.sh outputs/train_v2.jsonl outputs/fc_sft`` (a retrain on new data); flags and
+    values that are not paths still tell commands apart (``--sort ppl`` vs ``--sort q_score``)."""
+    toks = cmd.split()
+    head = next((k for k, t in enumerate(toks) if t.endswith((".py", ".sh"))), -1)
+    return " ".join(t if k <= head or not ("/" in t or re.search(r"\.\w{2,5}$", t)) else "<path>"
+                    for k, t in enumerate(toks))
 
 
 def _feeds_result(f: Facts, i: int, end: int) -> bool:
@@ -556,7 +620,13 @@ def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Fin
 
 
 _GPU_ARG_RE = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus|n[_-]gpus|gpus|ngpus|"
-                         r"tensor[_-]parallel[_-]size|tp|devices|world[_-]size|data[_-]parallel(?:[_-]size)?|dp)(?:=|\s+)(\d+)")
+                         r"tensor[_-]parallel[_-]size|tp|devices|world[_-]size|data[_-]parallel(?:[_-]size)?|dp|"
+                         r"(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
+# what a provided script's line says it spreads over by itself ("starts its own vLLM server at tensor parallel 4",
+# "8 replicas"), as opposed to the launcher it is meant to run under ("accelerate launch --num_processes 4")
+_INTERNAL_KW_RE = re.compile(r"(?i)\btensor[_ -]parallel(?:[_ -]size)?\W{0,3}(?:of\s+|at\s+)?(\d+)|\bTP\s*=?\s*(\d+)|"
+                             r"\b(\d+)\s+(?:vLLM\s+)?(?:replicas|engines)\b")
+_PER_GPU_RE = re.compile(r"(?i)\b(?:one|a)\s+(?:vLLM\s+)?(?:replica|engine|shard|process|worker)\s+per\s+GPU\b|\bon\s+all\s+(?:the\s+)?GPUs\b")
 _GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_node|tensor[_ -]parallel(?:[_-]size)?|"
                         r"data[_-]parallel|\bTP)\W{0,3}(?:of\s+)?(\d+)", re.IGNORECASE)
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
@@ -565,8 +635,15 @@ _GPU_JOB_RE = re.compile(r"(?i)(?:train|finetun|fine_tun|sft|dpo|ppo|grpo|rlhf|p
                          r"sample|rollout|vllm|serve|llamafactory|verl)")
 _GPU_CODE_RE = re.compile(r"\.cuda\(|device_map\s*=|torch\.device\(\s*['\"]cuda|\bfrom\s+vllm\b|\bimport\s+vllm\b|\bLLM\(")
 _TP_CODE_RE = re.compile(r"tensor_parallel_size\s*=\s*(\d+)")
+_TP_FLAG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)$")
 # short checks (a dev benchmark, a scorer): a few GPUs for a minute are no waste (blind_research PROTOCOL, case 1)
 _CHECK_NAME_RE = re.compile(r"(?i)(?:^|/)(?:dev_)?(?:bench|eval|score|test|check|inspect|stats?|plot)[\w-]*\.(?:py|sh)$")
+
+
+def _multi_gpu_doc(f: Facts, script: str) -> bool:
+    """The provided script's line says it runs on several GPUs (``accelerate launch --num_processes 4``,
+    ``torchrun --nproc_per_node 8``, tensor parallel 4): a job, not a short check, whatever its name."""
+    return any(int(n) >= 2 for n in _GPU_KW_RE.findall(f.script_docs.get(script, "")))
 
 
 def gpus_used(cmd: str) -> int | None:
@@ -607,9 +684,9 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     for s in runs:
         doc = f.script_docs.get(s)
         if doc is not None:
-            if CPU_DOC_RE.search(doc):
+            if doc_says(CPU_DOC_RE, doc):
                 continue  # a CPU tool
-            if not GPU_DOC_RE.search(doc):  # the task does not say: a training/inference job by its name
+            if not doc_says(GPU_DOC_RE, doc):  # the task does not say: a training/inference job by its name
                 if _GPU_JOB_RE.search(os.path.basename(s)):
                     return True, max(counts) if counts else 1
                 continue
@@ -619,9 +696,18 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
                 kw = [int(x) for x in _GPU_KW_RE.findall(doc)]
                 return True, max(kw) if kw else None
             sig = signature(doc)
+            # an optional flag's number in the usage line is its default, unless the line says it is what to
+            # pass ("with `--data_parallel 8` it starts one engine per GPU": left out, one copy runs);
+            # tensor parallelism shown is always the default
             defaults = [int(mv) for fl, mv in (sig.flags if sig else ()) if _GPU_ARG_RE.match(f"{fl} {mv}")
-                        and mv.isdigit()]
-            return True, max(defaults) if defaults else 1  # a plain python process: its TP, or one device
+                        and mv.isdigit() and (_TP_FLAG_RE.match(fl) or not re.search(
+                            rf"(?i)\b(?:with|pass|set|use|add)\s+`?{re.escape(fl)}\b", doc))]
+            internal = [int(next(g for g in m if g)) for m in _INTERNAL_KW_RE.findall(doc)]
+            if defaults or internal:
+                return True, max(defaults + internal)
+            if _PER_GPU_RE.search(doc) and not _LAUNCHER_RE.search(doc):
+                return True, None  # a replica per GPU by itself: every GPU it finds (not "… via accelerate launch")
+            return True, 1  # a plain python process: one device
         code = f.known_code[i].get(s)
         if code is not None:
             if not _GPU_CODE_RE.search(code):
@@ -684,7 +770,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
-                    and not f.is_server(i) and not any(_CHECK_NAME_RE.search(s) for s in runs) \
+                    and not f.is_server(i) and not any(_CHECK_NAME_RE.search(s) and not _multi_gpu_doc(f, s) for s in runs) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
                 busy = 0
@@ -713,7 +799,7 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
     return [_drop(i, "violate_instruction", reason) for i, reason in violations(f, p.instruction_window)]
 
 
-_EVAL_MISSING_RE = re.compile(r"[\w./-]+ (?:not found|does not exist|is missing)|No such file[^\n]*")
+_EVAL_MISSING_RE = Gated.derive(re.compile(r"[\w./-]+ (?:not found|does not exist|is missing)|No such file[^\n]*"))
 
 
 @register("improper_eval", judge_tools=("eval",))

@@ -21,6 +21,7 @@ from typing import Any
 from apollo.env.tasks import section
 from apollo.env.tools import call_failed
 from apollo.schema import Machine, TaskFacts, Trajectory
+from apollo.supervision.gates import Gated
 
 
 @dataclass
@@ -137,28 +138,29 @@ PY_RUN_RE = re.compile(r"\b(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+l
                        r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 MODULE_RUN_RE = re.compile(r"\bpython3?\s+(?:-[uBO]+\s+)*-m\s+(?!pip\b)([\w.]+)|(?:^|[\s;&|(])\./([\w./-]+)")
 REDIRECT_RE = re.compile(r"(?<![0-9&<>])(?:[12]?>>?|&>)\s*(?!&|/dev/null)([^\s;&|<>()]+)")
-WRITE_CMD_RE = re.compile(
+WRITE_CMD_RE = Gated.derive(re.compile(
     r"(?:^|[\s;&|(])(?:cp|mv|rm|touch|tee|ln|truncate|dd|rsync|unzip|tar\s+-?x\w*|patch|"
     r"git\s+(?:checkout|reset|apply|restore|stash)|pip3?\s+install|python3?\s+-m\s+pip\s+install)(?=\s)|"
     r"\bsed\s+(?:-\w*\s+)*-i"
-)
+))
 OUTPUT_ARG_RE = re.compile(r"(?:--(?:output|out|output[-_]dir|out[-_]dir|save[-_]path|dst|dest)|(?<=\s)-o)(?:=|\s+)(\S+)")
 PY_WRITES_RE = re.compile(r"open\([^)]*['\"][wa]b?\+?['\"]|\.write(?:_text|_bytes)?\(|\.save\(|json\.dump\(|to_(?:csv|json|parquet)\(")
-VIEW_CMD_RE = re.compile(r"(?:^|[\s;&|(])(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff|wc|jq)(?=\s)")
+VIEW_CMD_RE = Gated.derive(re.compile(r"(?:^|[\s;&|(])(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff|wc|jq)(?=\s)"))
 DOC_RE = re.compile(r"\.(md|rst|txt|log)$|(^|/)(notes?|NOTES?|README)(\.\w+)?$")
 CP_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])")
 PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
+_OUTPUT_ARG_GATE, _CP_GATE = Gated.derive(OUTPUT_ARG_RE), Gated.derive(CP_RE)
 SED_I_RE = re.compile(r"\bsed\s+(?:-\w*\s+)*-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+(\S+)")
 TOKEN_SPLIT_RE = re.compile(r"[\s;&|<>()'\"]+")
 ECHO_RE = re.compile(r"^\$ .*$", re.MULTILINE)
 STATUS_RE = re.compile(r"^\[(?:finished|killed|still running|session )[^\n]*\]$", re.MULTILINE)  # the tool's own status line
 SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing running", "Stopped '")
 # a line of a job's own output saying it is done (logs, get_session_output, tail of a log file)
-DONE_LINE_RE = re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b|completed?\b"
-                          r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)")
-SERVER_RE = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
-                       r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
-                       r"|\b(?:serve|server|search_server|launch_server)\.(?:py|sh)\b|--(?:host|port)[= ]")
+DONE_LINE_RE = Gated.derive(re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b|completed?\b"
+                                      r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)"))
+SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
+                                   r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
+                                   r"|\b(?:serve|server|search_server|launch_server)\.(?:py|sh)\b|--(?:host|port)[= ]"))
 # a provided script's usage line that says it is a long-lived server
 SERVER_DOC_RE = re.compile(r"(?i)\blong-lived\b|\bruns until (?:stopped|killed)\b|\bstarts? (?:a|the)\b[^.;]{0,60}\bserver\b")
 VLLM_RE = re.compile(r"\bvllm\b", re.IGNORECASE)
@@ -192,6 +194,21 @@ _TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
 
 
 @lru_cache(maxsize=1024)
+@lru_cache(maxsize=8192)
+def doc_says(pattern: re.Pattern[str], doc: str) -> bool:
+    """``pattern`` occurs in a task's text (a script's usage line): cached, the same few lines are asked
+    about at every step of every trajectory of a task."""
+    return pattern.search(doc) is not None
+
+
+@lru_cache(maxsize=1024)
+def _eval_inputs(description: str) -> frozenset[str]:
+    """Output paths the task's ``## Evaluation`` section names."""
+    sec = section(description, "Evaluation")
+    return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
+
+
+@lru_cache(maxsize=4096)
 def _says_writes(doc: str) -> bool:
     """A provided script's description line says it writes files."""
     return bool(_WRITES_DOC_RE.search(doc))
@@ -211,10 +228,12 @@ def redirect_targets(cmd: str) -> tuple[str, ...]:
 
 
 # ----------------------------------------------------------------------- provided scripts' usage
-_USAGE_RE = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`]*)?)`")
+_USAGE_RE = re.compile(r"`(?:[^`]*?\s)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`]*)?)`")  # `[launcher ] path[ args]`
 _OUT_NAME_RE = re.compile(r"^(?:OUT|OUTPUT|OUT_?DIR|OUTPUT_?DIR|SAVE_?DIR|SAVE_?PATH|DEST|DST)$")
 _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-_](?:path|dir)|dst|dest)$")
-CPU_DOC_RE = re.compile(r"(?:^|[`:;]\s*)CPU\b|\bon the CPU\b|\bCPU[- ]only\b")
+# a provided script's line says it runs on the CPU ("CPU; …", "| CPU: …", "— CPU.", "runs on the CPU"), not a
+# GPU job's mention of CPU offload or CPU memory
+CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
                         r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|\btrains?\b|\bverl\b")
 
@@ -242,7 +261,11 @@ class Signature:
 @lru_cache(maxsize=1024)
 def signature(doc: str) -> Signature | None:
     """The usage of the script a ``## Scripts`` line documents (None: the line shows no usage)."""
-    m = _USAGE_RE.search(doc or "")
+    best = None  # the backticked span that shows the script with the most arguments: in a table row or a
+    for m in _USAGE_RE.finditer(doc or ""):  # "name — `python name --flags`" line the name comes first, alone
+        if best is None or len(m.group(2).strip()) > len(best.group(2).strip()):
+            best = m
+    m = best
     if m is None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", m.group(2)) if t]
@@ -297,6 +320,26 @@ _LIT_WRITE_RE = re.compile(r"open\(\s*[fr]?['\"]([^'\"{}]+)['\"]\s*,\s*['\"][wa]
                            r"\.(?:save_pretrained|to_json|to_csv|to_parquet|save)\(\s*[fr]?['\"]([^'\"{}]+)['\"]")
 
 
+_DEFAULT_OUT_RE = re.compile(r"(?i)\bdefaults?\b[^`]{0,20}`((?:outputs?|results?)/[^`\s]+)`|\b(?:writes|saves)\b[^.;`]{0,40}"
+                             r"(?:under|to|in(?:to)?)\s+`((?:outputs?|results?)/[^`\s]+)`")
+
+
+def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
+    """Output paths a script's line gives as its defaults, ``<name>`` filled with the command's ``--name``
+    value; [] when the line names none or a placeholder has no value."""
+    out = []
+    for a, b in _DEFAULT_OUT_RE.findall(doc):
+        tmpl = a or b
+        names = re.findall(r"<([\w-]+)>", tmpl)
+        vals = {n: flags.get(f"--{n}") or flags.get(f"--{n.replace('_', '-')}") for n in names}
+        if any(not v for v in vals.values()):
+            return []
+        for n, v in vals.items():
+            tmpl = tmpl.replace(f"<{n}>", v)
+        out.append(norm_path(tmpl))
+    return [p for p in out if p]
+
+
 def code_outputs(code: str, argv: list[str]) -> list[str] | None:
     """Files a script's code writes (literal paths, ``sys.argv[k]``); None: it writes nothing it names."""
     out = [norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)]
@@ -343,6 +386,28 @@ def is_false(v: Any) -> bool:
     return v is False or str(v).lower() == "false"
 
 
+_UNSET = object()
+
+
+def per_step(fn):
+    """A :class:`Facts` method of one step index, computed once per step (detectors share it); callers
+    must not mutate what it returns."""
+    name = fn.__name__
+
+    def wrapper(self: Facts, i: int):
+        try:
+            arr = self._memo[name]
+        except KeyError:
+            arr = self._memo[name] = [_UNSET] * self.n
+        v = arr[i]
+        if v is _UNSET:
+            v = arr[i] = fn(self, i)
+        return v
+
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = name, fn.__qualname__, fn.__doc__
+    return wrapper
+
+
 @dataclass
 class Job:
     """A command that kept running after its call returned."""
@@ -366,6 +431,7 @@ class Facts:
         self.task = task or TaskInfo()
         self.steps = traj.steps
         self.n = len(traj.steps)
+        self._memo: dict[str, list[Any]] = {}  # per_step results: method → value per step
         self.tools: list[str | None] = []
         self.args: list[dict[str, Any]] = []
         self.obs: list[str] = []
@@ -410,6 +476,18 @@ class Facts:
         return {p: _says_writes(text) for p, text in self.script_docs.items()}
 
     @cached_property
+    def inner_scripts(self) -> dict[str, str]:
+        """Workspace scripts a provided script's line says it runs (``distill.sh`` "runs `scripts/kd_train.py`
+        with torchrun") → that provided script: part of what the task provides, not the agent's own."""
+        out: dict[str, str] = {}
+        for p, text in self.script_docs.items():
+            for m in SCRIPT_RE.findall(text):
+                q = norm_path(m)
+                if q != p and q not in self.script_docs:
+                    out.setdefault(q, p)
+        return out
+
+    @cached_property
     def task_outputs(self) -> frozenset[str]:
         """Output paths named in the task statement (what the agent must produce)."""
         return _task_outputs(self.description)
@@ -419,7 +497,7 @@ class Facts:
         """vLLM is available: said so by the task (not negated), or shown installed by the environment."""
         if self.task.vllm_available is not None:
             return self.task.vllm_available
-        env_text = [ECHO_RE.sub("", o) for o in self.obs if "vllm" in o.lower()]
+        env_text = [ECHO_RE.sub("", o) for o in self.obs if ("ll" in o or "LL" in o) and "vllm" in o.lower()]
         if any(VLLM_MISSING_RE.search(t) for t in env_text):
             return False
         said = _description_says_vllm(self.description)
@@ -462,30 +540,35 @@ class Facts:
         sid = self.args[i].get("session_id", "default")
         return sid if isinstance(sid, str) and sid else "default"
 
-    def script_runs(self, i: int) -> list[str]:
+    def script_runs(self, i: int) -> tuple[str, ...]:
         """Scripts (``python x.py``, ``bash x.sh``, ``./x``) and modules (``python -m m``) a command runs."""
         cmd = self.command(i)
-        return list(_script_runs(cmd)) if cmd else []
+        return _script_runs(cmd) if cmd else ()
 
-    def redirects(self, i: int) -> list[str]:
-        return list(redirect_targets(_HEREDOC_RE.sub("", self.command(i))))
+    @per_step
+    def redirects(self, i: int) -> tuple[str, ...]:
+        cmd = self.command(i)
+        return redirect_targets(_HEREDOC_RE.sub("", cmd)) if ">" in cmd else ()
 
-    def written_paths(self, i: int) -> list[str]:
+    @per_step
+    def written_paths(self, i: int) -> tuple[str, ...]:
         """Files a step writes, where the call says so (redirects, --output, create/edit)."""
         tool, args = self.tools[i], self.args[i]
         if tool in ("create_file", "edit_file"):
             p = norm_path(args.get("path"))
-            return [p] if p else []
+            return (p,) if p else ()
         cmd = self.command(i)
         if not cmd:
-            return []
-        out = self.redirects(i)
-        out += [norm_path(m) for m in OUTPUT_ARG_RE.findall(cmd)]
-        for m in CP_RE.finditer(cmd):
-            parts = m.group(1).split()
-            if len(parts) >= 2:
-                out.append(norm_path(parts[-1]))
-        return [p for p in out if p]
+            return ()
+        out = list(self.redirects(i))
+        if _OUTPUT_ARG_GATE.hit(cmd):
+            out += [norm_path(m) for m in OUTPUT_ARG_RE.findall(cmd)]
+        if _CP_GATE.hit(cmd):
+            for m in CP_RE.finditer(cmd):
+                parts = m.group(1).split()
+                if len(parts) >= 2:
+                    out.append(norm_path(parts[-1]))
+        return tuple(p for p in out if p)
 
     @cached_property
     def writes(self) -> list[bool]:
@@ -515,6 +598,7 @@ class Facts:
                 out.append(False)
         return out
 
+    @per_step
     def _job(self, i: int) -> Job:
         cmd = self.command(i)
         outs = [p for p in self.written_paths(i) if p not in self.redirects(i)]
@@ -527,10 +611,11 @@ class Facts:
                 outs += [o for o in self.task_outputs if o not in outs]
         return Job(self.session(i), cmd, i, self.is_server(i), tuple(self.redirects(i)), tuple(outs), known)
 
+    @per_step
     def is_server(self, i: int) -> bool:
         """A run_command that starts a long-lived server (by its command or its usage line)."""
         cmd = self.command(i)
-        return bool(SERVER_RE.search(cmd)) or any(SERVER_DOC_RE.search(self.script_docs.get(s, ""))
+        return bool(SERVER_RE.search(cmd)) or any(doc_says(SERVER_DOC_RE, self.script_docs.get(s, ""))
                                                  for s in self.script_runs(i))
 
     def script_outputs(self, i: int, script: str) -> tuple[list[str], bool]:
@@ -544,11 +629,13 @@ class Facts:
             outs = [norm_path(v) for n, v in zip(sig.positional, pos) if _OUT_NAME_RE.match(n)]
             outs += [norm_path(v) for f, v in flags.items() if v and f in sig.output_flags()]
             outs = [p for p in outs if p]
+            if not outs:  # the line's default outputs ("default `outputs/<split>_pred.jsonl`"), placeholders
+                outs = _default_outputs(doc or "", flags)  # filled from the command's flags
             if outs:
                 return outs, True
             # no output named: a script that only prints (CPU inspection) writes nothing; a trainer or a
             # writer whose output is a default path may write what is evaluated
-            return [], not (_says_writes(doc or "") or _TRAINS_DOC_RE.search(doc or ""))
+            return [], not (_says_writes(doc or "") or doc_says(_TRAINS_DOC_RE, doc or ""))
         code = self.known_code[i].get(script)
         if code:
             outs = code_outputs(code, pos) or []
@@ -559,9 +646,7 @@ class Facts:
     @cached_property
     def eval_inputs(self) -> frozenset[str]:
         """Paths the evaluation reads (its ``## Evaluation`` section, the task's outputs); empty: unknown."""
-        sec = section(self.description, "Evaluation")
-        found = {norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec)}
-        return frozenset(found | set(self.task_outputs))
+        return _eval_inputs(self.description) | self.task_outputs
 
     def may_feed_eval(self, job: Job) -> bool:
         """The job may write what the evaluation reads (unknown outputs or unknown eval inputs: yes)."""
@@ -572,9 +657,9 @@ class Facts:
     @cached_property
     def blocking_before(self) -> list[dict[str, str]]:
         """Of :attr:`pending_before`, the jobs that may write what the evaluation reads."""
-        return [{j.session: j.command for j in jobs if not j.server and self.may_feed_eval(j)}
-                for jobs in self.jobs_before]
+        return self._per_jobs(lambda jobs: {j.session: j.command for j in jobs if not j.server and self.may_feed_eval(j)})
 
+    @per_step
     def seen_lines(self, i: int) -> dict[str, set[int] | None]:
         """File → the line numbers step ``i`` shows (None: the whole file): open_file's range, an edit's
         echo, a created file, cat/head/sed -n of a file."""
@@ -614,43 +699,57 @@ class Facts:
         seen = self.viewed_paths(i)
         if job.logs and any(p in seen for p in job.logs) and DONE_LINE_RE.search(STATUS_RE.sub("", ECHO_RE.sub("", text))):
             return True
-        if job.outputs and tool in ("run_command", "list_files", "open_file"):
-            names = [o for o in job.outputs if o in seen or (tool != "open_file" and os.path.basename(o) in text)]
+        if job.outputs and tool in ("run_command", "list_files", "open_file") and not self.background(i):
+            shown = ECHO_RE.sub("", text) if tool == "run_command" else text  # the output, not the command's echo
+            names = [o for o in job.outputs if o in seen or (tool != "open_file" and os.path.basename(o) in shown)]
             return bool(names) and "No such file" not in text and "not found" not in text
         return False
 
     @cached_property
-    def jobs_before(self) -> list[list[Job]]:
-        """Jobs (servers included) started and not seen finished, before each step."""
-        pending: list[Job] = []
+    def jobs_before(self) -> list[tuple[Job, ...]]:
+        """Jobs (servers included) started and not seen finished, before each step (steps with the same
+        jobs share one tuple)."""
+        pending: tuple[Job, ...] = ()
         out = []
         for i in range(self.n):
-            out.append(list(pending))
+            out.append(pending)
             if pending:
-                pending = [j for j in pending if not self._shows_done(i, j)]
+                left = tuple(j for j in pending if not self._shows_done(i, j))
+                if len(left) != len(pending):
+                    pending = left
             if self.background(i):
-                pending = [j for j in pending if j.session != self.session(i)] + [self._job(i)]
+                pending = tuple(j for j in pending if j.session != self.session(i)) + (self._job(i),)
+        return out
+
+    def _per_jobs(self, fn) -> list:
+        """``fn(jobs)`` for each step's :attr:`jobs_before`, computed once per distinct tuple."""
+        out, last, val = [], None, None
+        for jobs in self.jobs_before:
+            if jobs is not last:
+                last, val = jobs, fn(jobs)
+            out.append(val)
         return out
 
     @cached_property
     def pending_before(self) -> list[dict[str, str]]:
         """Result-producing jobs (not servers) not yet seen finished, before each step: {session: command}."""
-        return [{j.session: j.command for j in jobs if not j.server} for jobs in self.jobs_before]
+        return self._per_jobs(lambda jobs: {j.session: j.command for j in jobs if not j.server})
 
     def is_output(self, p: str) -> bool:
         """A path the evaluation reads: named in the task statement, or under output(s)/."""
         return p in self.task_outputs or p.startswith(("output/", "outputs/"))
 
-    def viewed_paths(self, i: int) -> set[str]:
+    @per_step
+    def viewed_paths(self, i: int) -> frozenset[str]:
         """Files whose content step ``i`` shows (open_file, cat/head/tail/…)."""
         tool, args = self.tools[i], self.args[i]
         if tool == "open_file":
             p = norm_path(args.get("path"))
-            return {p} if p else set()
+            return frozenset((p,)) if p else frozenset()
         cmd = self.command(i)
         if cmd and VIEW_CMD_RE.search(cmd):
-            return {norm_path(t) for t in TOKEN_SPLIT_RE.split(cmd) if t and ("." in t or "/" in t)}
-        return set()
+            return frozenset(norm_path(t) for t in TOKEN_SPLIT_RE.split(cmd) if t and ("." in t or "/" in t))
+        return frozenset()
 
     @cached_property
     def eval_scores(self) -> list[tuple[int, float]]:

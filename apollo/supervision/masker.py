@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict
+
 from apollo.schema import MaskDecision, Trajectory
 from apollo.supervision.detectors import (
     DetectorParams,
@@ -76,8 +78,28 @@ class MaskConfig:
         )
 
 
+class _SharedDecision(MaskDecision):
+    """A decision many steps hold (the same object): frozen, so that no caller can change them all."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __eq__(self, other: object) -> bool:  # equal to a plain MaskDecision with the same fields
+        if isinstance(other, MaskDecision):
+            return self.model_dump() == other.model_dump()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.model_dump().values()))
+
+
+_NOTHING = {True: _SharedDecision(keep=True, source="rule", reason="no symbolic rule or detector matched"),
+            False: _SharedDecision(keep=True, source="symbolic", reason="no symbolic rule matched")}
+
+
 def combine(findings: list[Finding], order: dict[str, int] | None = None, has_rules: bool = True) -> MaskDecision:
     """One decision from all findings of a step (see the module docstring for the precedence)."""
+    if not findings:  # most steps: nothing fired (one shared, frozen decision)
+        return _NOTHING[has_rules]
     order = order or {}
     drops = [f for f in findings if not f.keep]
     flagged = [f for f in findings if f.flagged]
@@ -93,8 +115,7 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
     judged = [f for f in findings if f.source == "llm"]
     if judged:
         return MaskDecision(keep=True, source="llm", reason="; ".join(f"{f.category}: {f.reason}" for f in judged)[:500])
-    return MaskDecision(keep=True, source="rule" if has_rules else "symbolic",
-                        reason="no symbolic rule or detector matched" if has_rules else "no symbolic rule matched")
+    return _NOTHING[has_rules]
 
 
 class Masker:
@@ -181,7 +202,7 @@ class Masker:
                 rule, ev = hit
                 per_step[s.index].append(Finding(s.index, rule.category, "symbolic", False,
                                                  f"{rule.reason} [{rule.id}: {_evidence(ev)}]", rule.id))
-        for start, rule, ev, seen in background_failures(traj, self.rules, tid, dom):
+        for start, rule, ev, seen in background_failures(traj, self.rules, tid, dom, views):
             if all(f.source != "symbolic" for f in per_step[start]):
                 per_step[start].append(Finding(start, rule.category, "symbolic", False,
                                                f"background job failed, seen at step {seen}: {rule.reason} "

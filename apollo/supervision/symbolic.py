@@ -12,7 +12,8 @@ optional one, searched in the parse error: which malformed calls the rule takes)
 ``domains`` (task domains). The first rule that matches decides "drop".
 
 Speed: :class:`RuleSet` compiles the rules once and adds a prefilter — one combined regex over all
-patterns — so a clean observation (the common case) costs a single regex search.
+patterns, behind a substring gate of the literals every match needs (:mod:`apollo.supervision.gates`) —
+so a clean observation (the common case) costs a few substring tests.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import yaml
 
 from apollo.env.tools import call_failed
+from apollo.supervision.gates import Gated
 from apollo.schema import MaskDecision, Step
 
 DEFAULT_RULES = Path(__file__).with_name("rules.yaml")
@@ -225,6 +227,11 @@ class RuleSet:
         self.rules = list(rules)
         self.categories = sorted({r.category for r in self.rules})
         self._plans: dict[tuple[str | None, bool, bool], tuple[list[Rule], Any, bool]] = {}
+        # per pattern rule: the literals one of which its matches need (None: no gate)
+        self._gates: dict[int, Gated | None] = {}
+        for r in self.rules:
+            g = Gated.derive(r.pattern) if r.pattern is not None and r.when == "pattern" else None
+            self._gates[id(r)] = g if g is not None and not g.always else None
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> RuleSet:
@@ -246,8 +253,9 @@ class RuleSet:
             usable = not any(re.search(r"\\[1-9]|\(\?P=", p.pattern) for p in pats)  # no backreferences
             if usable:
                 try:
+                    body = _join([p for p in pats if not _start_anchored(p.pattern)])
                     pre = (_join([p for p in pats if _start_anchored(p.pattern)]),
-                           _join([p for p in pats if not _start_anchored(p.pattern)]))
+                           Gated.derive(body) if body is not None else None)
                 except re.error:
                     usable = False
             plan = self._plans[key] = (rules, pre, usable)
@@ -273,9 +281,14 @@ class RuleSet:
         edit = action.tool in _EDIT_TOOLS and str((action.arguments or {}).get("path", "")).endswith(".json")
         if not (text_hit or invalid or obs.refused or edit):
             return None
+        gates = self._gates
         for rule in rules:
-            if rule.when == "pattern" and not text_hit:
-                continue
+            if rule.when == "pattern":
+                if not text_hit:
+                    continue
+                g = gates.get(id(rule))
+                if g is not None and not g.hit(obs.text):
+                    continue
             if rule.when == "json_edit" and not edit:
                 continue
             if not rule.applies(tool, task_id, domain, error):
@@ -330,7 +343,7 @@ def log_views(traj: Any) -> dict[int, int]:
 
 
 def background_failures(traj: Any, rules: RuleSet, task_id: str | None = None,
-                        domain: str | None = None) -> list[tuple[int, Rule, str, int]]:
+                        domain: str | None = None, views: dict[int, int] | None = None) -> list[tuple[int, Rule, str, int]]:
     """Failures of background or redirected jobs, attributed to the step that started them.
 
     A ``run_command`` that returned while its command kept running (``wait_for_completion=false``
@@ -339,8 +352,9 @@ def background_failures(traj: Any, rules: RuleSet, task_id: str | None = None,
     (:func:`log_views`). Those observations are matched with the pattern rules as if they were the
     starting command's output; each failing start is reported once:
     ``[(start_step, rule, evidence, seen_at_step)]``. The log-reading steps themselves stay kept.
+    ``views``: :func:`log_views` of ``traj`` where the caller has it.
     """
-    views = log_views(traj)
+    views = log_views(traj) if views is None else views
     started: dict[str, int] = {}  # session → step of the background command
     out: dict[int, tuple[int, Rule, str, int]] = {}
     for s in traj.steps:
