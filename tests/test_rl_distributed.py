@@ -30,7 +30,11 @@ from apollo.rl.distributed import LearnerOptions, launch_command, learner_option
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
-TOL = 1e-5
+TOL = 1e-5    # losses
+# weights after lr-1e-2 Adam steps: the 2-rank reduction is not always bit-identical to the 1-rank sum (max |Δw|
+# 0 on the machines of stops 30-38, 1.006e-5 on an AMD EPYC AVX2 machine on 2026-12-04, the same with one
+# thread per process); a rank's lost or doubled gradient moves weights by ~lr (1e-2), far above this
+TOL_W = 1e-4
 
 
 def test_learner_options_name_the_field():
@@ -158,7 +162,7 @@ def test_appo_update_two_ranks_match_one(work):
     d_loss = max(abs(a - b) for a, b in zip(one[0]["losses"], two[0]["losses"]))
     d_w = _max_diff(work / "appo1", work / "appo2")
     REPORT.update(appo_loss=d_loss, appo_weights=d_w)
-    assert d_loss <= TOL and d_w <= TOL
+    assert d_loss <= TOL and d_w <= TOL_W
     assert _max_diff(work / "appo1", work / "base") > 1e-3  # the update moved the weights
 
 
@@ -170,7 +174,7 @@ def test_five_sao_updates_two_ranks_match_one(work):
     d_loss = max(abs(a["loss"] - b["loss"]) for a, b in zip(one, two))
     d_w = _max_diff(work / "sao1", work / "sao2")
     REPORT.update(sao_loss=d_loss, sao_weights=d_w)
-    assert d_loss <= TOL and d_w <= TOL
+    assert d_loss <= TOL and d_w <= TOL_W
     assert 0 < two[-1]["loss.masked_fraction"] < 1  # the band acts (the noisy rollout logprobs)
     assert _max_diff(work / "sao2", work / "base") > 1e-3
 
