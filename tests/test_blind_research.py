@@ -1,9 +1,10 @@
-"""The research-shaped blind labeled sets (``tests/fixtures/blind_research`` and the held-out
-``tests/fixtures/blind_research2``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+"""The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
+``tests/fixtures/blind_research2`` and ``tests/fixtures/blind_research3``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
-its keep/drop quality on the held-out set's test split (a floor under the measured 0.89 / 0.89)."""
+its keep/drop quality on the held-out sets (floors under the measured values: blind_research2's test
+split 0.89 / 0.89; blind_research3, never tuned on, 0.96 / 0.83 on all 537 actions)."""
 
 import collections
 import json
@@ -14,7 +15,8 @@ import pytest
 from apollo.schema import Trajectory
 
 FIX = Path(__file__).resolve().parent / "fixtures"
-SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_research2"], ids=lambda p: p.name)
+SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_research2", FIX / "blind_research3"],
+                               ids=lambda p: p.name)
 ISSUE_CATEGORIES = ("ignore_script", "inefficient_inference", "invalid_action", "refused_action",
                     "performance_regression", "blind_edit", "resource_waste", "violate_instruction", "improper_eval")
 OTHER = ("runtime_error", "compile_error", "explicit_failure")
@@ -74,3 +76,20 @@ def test_the_masker_holds_its_quality_on_the_held_out_test_split():
     rep = evaluate_labeled(masker, labels, trajs, only=load_split(root / "labels.jsonl")["test"]).to_json()["decision"]
     assert rep["support"] >= 50
     assert rep["precision"] >= 0.85 and rep["recall"] >= 0.85, rep
+
+
+def test_the_masker_holds_its_quality_on_the_third_set():
+    """blind_research3 was written and labeled after the second round of detectors; no detector has been
+    tuned on it (its dev split is for the next round). Floors under the measured 0.96 / 0.83, and the two
+    categories the issue still misses stay measured (a change that finds more of them moves these)."""
+    from apollo.supervision.facts import load_task_infos
+    from apollo.supervision.labeled import evaluate_labeled, load_labeled
+    from apollo.supervision.masker import Masker, MaskConfig
+
+    root = FIX / "blind_research3"
+    labels, trajs = load_labeled(root / "labels.jsonl")
+    masker = Masker(MaskConfig(), task_infos=load_task_infos(root / "tasks"))
+    rep = evaluate_labeled(masker, labels, trajs).to_json()
+    dec = rep["decision"]
+    assert dec["support"] == 115
+    assert dec["precision"] >= 0.90 and dec["recall"] >= 0.80, dec

@@ -386,3 +386,50 @@ def test_more_directive_forms_or_lower_at_n_or_fewer_blocks_and_word_values():
                  "Edited")
     d = drops(t(g(shown, "Don't change the optim block in configs/distill.yaml."), outside, in_block), "violate_instruction")
     assert list(d) == [2] and "optim block" in d[2]
+
+
+# ------------------------------------- session 41, third round (the dev split of blind_research3)
+def test_own_versions_by_a_word_only_one_provided_line_uses_or_by_the_options_it_reimplements():
+    scripts = {**SCRIPTS,
+               "scripts/beir_dev.py": "- `scripts/beir_dev.py --ckpt DIR` — run with `torchrun --nproc_per_node 8`; "
+                                      "nDCG@10 and recall@100 of a checkpoint on the three dev collections.",
+               "clean/select_pairs.py": "- `clean/select_pairs.py` applies thresholds and writes the selected pairs (CPU). "
+                                        "Use: `python clean/select_pairs.py --in FILE --out FILE [--min_labse S] "
+                                        "[--max_len_ratio R] [--drop_copies] [--dedup] [--max_per_url K]`.",
+               "clean/labse_score.py": "- `clean/labse_score.py` adds a `labse` column. Use: `torchrun --nproc_per_node 8 "
+                                       "clean/labse_score.py --in FILE --out FILE [--batch 1024]`."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tt = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    ndcg = created("ndcg_quick.py", "import sys, torch\nckpt = sys.argv[1]\n# mean nDCG@10 over the dev sets\n")
+    assert "scripts/beir_dev.py" in drops(tt(ndcg), "ignore_script")[0]
+    tidy = created("tidy_pairs.py", "import sys\n# LaBSE threshold + length ratio + copy removal + exact dedup\n"
+                                    "for line in open(sys.argv[1]):\n    s, t, url, sim = line.split('\\t')\n")
+    d = drops(tt(tidy, run("python tidy_pairs.py outputs/scored.tsv outputs/clean.tsv 0.7", "done")), "ignore_script")
+    assert "clean/select_pairs.py" in d[0] and "runs its own tidy_pairs.py" in d[1]
+    # a helper for a step no provided script covers, sharing one word of one line: no own version
+    merge = created("merge_parts.py", "import sys\n# concatenate the labse-scored parts\nfor p in sys.argv[1:]:\n    pass\n")
+    assert drops(tt(merge), "ignore_script") == {}
+
+
+def test_directives_keep_a_flag_count_a_qualified_file_and_a_folder_left_alone():
+    kinds = lambda text: [(d.kind, d.target, d.values.get("v"), d.values.get("in_path")) for d in extract(text)]  # noqa: E731
+    assert kinds("Keep --max_steps at 30 for every run, dev and test.") == [("keep", "max_steps", "30", None)]
+    assert kinds("Keep at least 500k en-is pairs in the final data.") == [("count", "pairs", "500k", "en-is")]
+    assert kinds("Don't edit anything under clean/.") == [("forbid_write", "clean/", None, None)]
+    from apollo.supervision.instructions import _reported_count
+
+    line = "$ python clean/select_pairs.py ...\nselected 380112/1032877 pairs -> outputs/clean/en-is.tsv"
+    assert _reported_count(line, "outputs/clean/en-is.tsv", "pairs") == 380112  # N of M kept: N
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    steps = lambda cmd: [g(run("ls"), "Keep --max_steps at 30 for every run, dev and test."), bg(cmd, "r")]  # noqa: E731
+    assert "not 30" in drops(t(*steps("python scripts/bench.py --model m --max_steps 40")), "violate_instruction")[1]
+    assert drops(t(*steps("python scripts/bench.py --model m --max_steps 30")), "violate_instruction") == {}
+    # folder: an edit under it breaks the directive; putting back the line one's own edit replaced does not
+    shown = st("open_file", {"path": "clean/select_pairs.py"},
+               "[clean/select_pairs.py: lines 1-3 of 3]\n1: import sys\n2: key = (s.lower(), t.lower())\n3: print(key)")
+    mine = st("edit_file", {"path": "clean/select_pairs.py", "start_line": 2, "end_line": 2, "content": "key = (s, t)"},
+              "Edited clean/select_pairs.py lines 2-2.")
+    back = st("edit_file", {"path": "clean/select_pairs.py", "start_line": 2, "end_line": 2,
+                            "content": "key = (s.lower(), t.lower())"}, "Edited clean/select_pairs.py lines 2-2.")
+    d = drops(t(g(shown, "Don't edit anything under clean/."), mine, back), "violate_instruction")
+    assert list(d) == [1] and "clean/" in d[1]

@@ -306,7 +306,56 @@ def own_version_of(f: Facts, path: str, content: str) -> str | None:
             return s  # dev_acc.py / "dev accuracy with vLLM"
         if writes and any(rx.match(w) for rx in _doc_outputs(doc) for w in writes):
             return s  # it makes the file the provided script is there to make
+        if len(named) == 1 and _distinctive_doc_word(f, s, next(iter(named))):
+            return s  # ndcg_quick.py / "beir_dev.py: nDCG@10 and recall@100 of a checkpoint on the dev sets"
+        sig = _option_words(f, s)
+        if len(sig) >= 3:
+            hits = sig & _prefixed(sig, _code_words(content) | words)
+            if len(hits) >= 3 and 2 * len(hits) >= len(sig):
+                return s  # tidy_pairs.py doing select_pairs.py's --min_labse/--max_len_ratio/--drop_copies/--dedup
     return None
+
+
+_WORD_RE = re.compile(r"[a-z][a-z0-9]+")
+_FLAG_WORDS_RE = re.compile(r"--([A-Za-z][\w-]*)")
+_COMMON_OPTION_WORDS = frozenset(
+    "min max input output config file files path paths batch seed size model data split procs workers threads "
+    "verbose help limit num dir out ckpt name mode type lang tgt src device gpus steps".split())
+
+
+def _doc_words_of(f: Facts, s: str) -> set[str]:
+    return set(_WORD_RE.findall(f.script_docs.get(s, "").split(":", 1)[-1].lower()))
+
+
+def _distinctive_doc_word(f: Facts, s: str, word: str) -> bool:
+    """``word`` (4+ letters) names something only ``s``'s line talks about: in its words (or a prefix of
+    one), in no other provided script's line or name."""
+    if len(word) < 4 or word in _GENERIC or word in _COMMON_OPTION_WORDS:
+        return False
+    if not any(_prefix_match(word, w) for w in _doc_words_of(f, s)):
+        return False
+    return not any(any(_prefix_match(word, w) for w in _doc_words_of(f, o) | _name_words(o)) for o in f.scripts if o != s)
+
+
+def _option_words(f: Facts, s: str) -> set[str]:
+    """The words of ``s``'s own options (``--max_len_ratio`` → len, ratio; 4+ letters, not common option
+    words, not in another provided script's options): what a script doing its job has to implement."""
+    def words(script: str) -> set[str]:
+        return {w for flag in _FLAG_WORDS_RE.findall(f.script_docs.get(script, "")) for w in re.split(r"[_-]+", flag.lower())
+                if len(w) >= 4 and w not in _COMMON_OPTION_WORDS and w not in _GENERIC}
+    mine = words(s)
+    for o in f.scripts:
+        if o != s:
+            mine -= words(o)
+    return mine
+
+
+def _code_words(content: str) -> set[str]:
+    return set(_WORD_RE.findall(re.sub(r"[_\W]+", " ", content).lower()))
+
+
+def _prefixed(sig: set[str], words: set[str]) -> set[str]:
+    return {w for w in sig if w in words or any(_prefix_match(w, c) for c in words if len(c) >= 4)}
 
 
 def _own_version_reason(f: Facts, i: int, own: dict[str, str]) -> str | None:
