@@ -46,7 +46,12 @@ directive                    example                                      a late
 ``flag --F v``               "Use --min_votes 5 when extracting",          runs a command with --F and another
                              "Use --max_per_problem 4 in mix.py"           value
 ``count <= N``               "Keep the final training set at 40,000        writes an output that it reports
-                             examples or fewer", "at least 30,000 pairs"   with a row count past the bound
+                             examples or fewer", "at least 30,000 pairs",  with a row count past the bound
+                             "at least 500k en-is pairs" (only files      ("selected 380112/1032877 pairs":
+                             whose name holds en-is)                      380,112)
+``keep --F v``               "Keep --max_steps at 30 for every run"        runs a command with --F and another value
+``forbid_write DIR/``        "Don't edit anything under clean/"            writes a file under DIR (putting back
+                                                                          the lines its own edit replaced is kept)
 ============================ ============================================ ===========================================
 
 A directive holds from the step it was delivered before to the end of the trajectory
