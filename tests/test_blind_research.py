@@ -65,31 +65,19 @@ def test_the_tasks_load_with_their_facts(root):
     assert text.count("## Scripts") == len(tasks) and "GPU" in text and "vLLM" in text
 
 
-def test_the_masker_holds_its_quality_on_the_held_out_test_split():
+@pytest.mark.parametrize("name, split, support, floor_p, floor_r", [
+    ("blind_research2", "test", 57, 0.85, 0.85),  # measured 0.89 / 0.89
+    ("blind_research3", None, 115, 0.90, 0.80),   # all 537 actions; measured 0.96 / 0.83 before the third round
+])
+def test_the_masker_holds_its_quality_on_the_held_out_sets(name, split, support, floor_p, floor_r):
     from apollo.supervision.facts import load_task_infos
     from apollo.supervision.labeled import evaluate_labeled, load_labeled, load_split
     from apollo.supervision.masker import Masker, MaskConfig
 
-    root = FIX / "blind_research2"
+    root = FIX / name
     labels, trajs = load_labeled(root / "labels.jsonl")
     masker = Masker(MaskConfig(), task_infos=load_task_infos(root / "tasks"))
-    rep = evaluate_labeled(masker, labels, trajs, only=load_split(root / "labels.jsonl")["test"]).to_json()["decision"]
-    assert rep["support"] >= 50
-    assert rep["precision"] >= 0.85 and rep["recall"] >= 0.85, rep
-
-
-def test_the_masker_holds_its_quality_on_the_third_set():
-    """blind_research3 was written and labeled after the second round of detectors; no detector has been
-    tuned on it (its dev split is for the next round). Floors under the measured 0.96 / 0.83, and the two
-    categories the issue still misses stay measured (a change that finds more of them moves these)."""
-    from apollo.supervision.facts import load_task_infos
-    from apollo.supervision.labeled import evaluate_labeled, load_labeled
-    from apollo.supervision.masker import Masker, MaskConfig
-
-    root = FIX / "blind_research3"
-    labels, trajs = load_labeled(root / "labels.jsonl")
-    masker = Masker(MaskConfig(), task_infos=load_task_infos(root / "tasks"))
-    rep = evaluate_labeled(masker, labels, trajs).to_json()
-    dec = rep["decision"]
-    assert dec["support"] == 115
-    assert dec["precision"] >= 0.90 and dec["recall"] >= 0.80, dec
+    only = load_split(root / "labels.jsonl")[split] if split else None
+    rep = evaluate_labeled(masker, labels, trajs, only=only).to_json()["decision"]
+    assert rep["support"] == support  # the labeled drops the floors are measured on
+    assert rep["precision"] >= floor_p and rep["recall"] >= floor_r, rep
