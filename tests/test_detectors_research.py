@@ -213,7 +213,9 @@ def test_a_breach_after_a_directive_is_a_violation_and_a_satisfying_action_is_no
 def test_more_directive_forms_keep_a_topic_leave_a_file_alone_and_the_last_eval_rule():
     kinds = lambda text: [(d.kind, d.target, d.values.get("v")) for d in extract(text)]  # noqa: E731
     assert ("keep", r"learning_rate|(?:^|_)lr(?:_|$)", "2e-5") in kinds("Keep the learning rate at 2e-5.")
-    assert kinds("Revert configs/dpo.yaml to beta 0.1 and leave that file alone.") == [("forbid_write", "configs/dpo.yaml", None)]
+    # the grammar reads "leave that file alone"; the generic layer adds what "to beta 0.1" asks for
+    assert kinds("Revert configs/dpo.yaml to beta 0.1 and leave that file alone.") == [
+        ("forbid_write", "configs/dpo.yaml", None), ("keep", r"(?:^|_)beta(?:_|$)", "0.1")]
     assert kinds("Leave scripts/train.sh as it is.") == [("forbid_write", "scripts/train.sh", None)]
     assert kinds("Do not spend the last eval without a clear improvement on dev (scripts/bench.py) first.") == \
         [("eval_needs_check", "scripts/bench.py", None)]
@@ -433,3 +435,73 @@ def test_directives_keep_a_flag_count_a_qualified_file_and_a_folder_left_alone()
                             "content": "key = (s.lower(), t.lower())"}, "Edited clean/select_pairs.py lines 2-2.")
     d = drops(t(g(shown, "Don't edit anything under clean/."), mine, back), "violate_instruction")
     assert list(d) == [1] and "clean/" in d[1]
+
+
+# ------------------------------------- session 42, fourth round: the generic (subject, relation, value) layer
+def test_generic_constraints_read_subject_relation_and_value_whatever_the_sentence_shape():
+    from apollo.supervision.instructions import generic_constraints
+
+    def read(text):
+        return [(d.kind, d.target, d.values.get("op"), d.values.get("v"), d.values.get("pct")) for d in generic_constraints(text)]
+
+    # a flag in parentheses after a bound phrased in words: the bound, not an equality
+    assert read("Limit the shards per host to at most 6 (--max_shards 6).") == [("bound", "max_shards", "le", "6", None)]
+    # a range on a topic, a postfix relation, a percent, a negated bound, a value before "for KEY"
+    assert read("Keep the temperature between 0.2 and 0.5.") == [
+        ("bound", "temperature", "ge", "0.2", None), ("bound", "temperature", "le", "0.5", None)]
+    assert read("Use --workers 12 at most with pack.py.") == [("bound", "workers", "le", "12", None)]
+    assert read("Keep synthetic rows at 30% or less of the mix (--synth_frac 0.3 or lower).") == [
+        ("bound", "synth_frac", "le", "30", "1"), ("bound", "synth_frac", "le", "0.3", None)]
+    assert read("Never set MAX_TURNS above 6.") == [("bound", "MAX_TURNS", "le", "6", None)]
+    assert read("Do not go below 0.5 for min_conf.") == [("bound", "min_conf", "ge", "0.5", None)]
+    assert read("Keep alpha at 0.25 from now on.") == [("keep", "(?:^|_)alpha(?:_|$)", None, "0.25", None)]
+    # information, not a directive (no cue); a count in other units is the grammar's, not a key's value
+    assert read("The default max_shards is 8.") == []
+    assert read("Keep the final set at 50,000 examples or fewer.") == []
+
+
+def test_generic_bounds_are_checked_on_flags_and_files_and_a_satisfying_action_is_kept():
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    say = "Keep synthetic rows at 30% or less of the mix (--synth_frac 0.3 or lower)."
+    over = drops(t(g(run("ls"), say), run("python scripts/mix.py --synth_frac 0.45 --out outputs/mix.jsonl", "ok")),
+                 "violate_instruction")
+    assert list(over) == [1] and "0.45" in over[1]
+    assert drops(t(g(run("ls"), say), run("python scripts/mix.py --synth_frac 0.3 --out outputs/mix.jsonl", "ok")),
+                 "violate_instruction") == {}
+    rng = "Keep the temperature between 0.2 and 0.5."
+    hot = st("edit_file", {"path": "configs/gen.yaml", "start_line": 3, "end_line": 3, "content": "temperature: 0.9"}, "Edited")
+    ok = st("edit_file", {"path": "configs/gen.yaml", "start_line": 3, "end_line": 3, "content": "temperature: 0.4"}, "Edited")
+    assert list(drops(t(g(run("ls"), rng), hot), "violate_instruction")) == [1]
+    assert drops(t(g(run("ls"), rng), ok), "violate_instruction") == {}
+
+
+def test_eval_preconditions_and_metric_conditions_from_the_humans_words():
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    edit = st("edit_file", {"path": "configs/train.yaml", "start_line": 2, "end_line": 2, "content": "lr: 1.0e-5"}, "Edited")
+    say = "Run scripts/bench.py on every new checkpoint before you spend an eval on it."
+    unchecked = drops(t(g(run("ls"), say), edit, st("eval", {}, "Evaluation 1/3: overall_score=40")), "violate_instruction")
+    assert list(unchecked) == [2] and "scripts/bench.py" in unchecked[2]
+    checked = t(g(run("ls"), say), edit, run("python scripts/bench.py --model outputs/ckpt", "dev accuracy 0.61"),
+                st("eval", {}, "Evaluation 1/3: overall_score=40"))
+    assert drops(checked, "violate_instruction") == {}  # (and the run of bench.py is not an omission of it)
+    cond = "Only spend an eval if dev accuracy is above 60%."
+    low = t(g(run("ls"), cond), run("python scripts/bench.py --model m", "dev accuracy 0.55"), st("eval", {}, "Evaluation 1/3"))
+    high = t(g(run("ls"), cond), run("python scripts/bench.py --model m", "dev accuracy 0.64"), st("eval", {}, "Evaluation 1/3"))
+    assert list(drops(low, "violate_instruction")) == [2]
+    assert drops(high, "violate_instruction") == {}
+
+
+def test_an_own_scorer_is_found_by_the_metrics_it_prints_and_a_batched_turn_loop_is_not_one_at_a_time():
+    from apollo.supervision.detectors import one_at_a_time
+
+    scorer = created("check_dev.py", "import json, sys\npred = [json.loads(l) for l in open(sys.argv[1])]\n"
+                                     "acc = sum(p['answer'] == p['gold'] for p in pred) / len(pred)\nprint(f'accuracy {acc:.3f}')\n")
+    d = drops(t(scorer, run("python check_dev.py outputs/dev_pred.jsonl", "accuracy 0.612")), "ignore_script")
+    assert "scripts/bench.py" in d[0] and 1 in d  # bench.py's line: "dev accuracy with vLLM"
+    # a script that prints no metric the provided lines name is a helper, not a scorer done again
+    stats = created("count_rows.py", "import sys\nprint('rows', sum(1 for _ in open(sys.argv[1])))\n")
+    assert drops(t(stats), "ignore_script") == {}
+    turns = ("from vllm import LLM\nllm = LLM('m')\nlive = list(range(50))\nfor _ in range(10):\n"
+             "    prompts = [msgs[i] for i in live]\n    outs = llm.generate(prompts)\n")
+    single = "from vllm import LLM\nllm = LLM('m')\nfor p in prompts:\n    out = llm.generate([p])\n"
+    assert one_at_a_time(turns) is None and one_at_a_time(single) is not None

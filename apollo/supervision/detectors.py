@@ -286,6 +286,8 @@ def own_version_of(f: Facts, path: str, content: str) -> str | None:
         return None
     if any(s in content or os.path.basename(s) in content for s in f.scripts):
         return None  # a wrapper (run_filter.sh) or a module that imports/calls the provided one
+    if path.endswith(".py") and one_at_a_time(content):
+        return None  # a one-item-at-a-time generator: its fault is inefficient_inference, whatever it redoes
     mine, words = _function_words(path), _name_words(path)
     named = {w for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
     uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
@@ -310,10 +312,46 @@ def own_version_of(f: Facts, path: str, content: str) -> str | None:
             return s  # ndcg_quick.py / "beir_dev.py: nDCG@10 and recall@100 of a checkpoint on the dev sets"
         sig = _option_words(f, s)
         if len(sig) >= 3:
-            hits = sig & _prefixed(sig, _code_words(content) | words)
+            hits = _prefixed(sig, _code_words(content) | words)
             if len(hits) >= 3 and 2 * len(hits) >= len(sig):
                 return s  # tidy_pairs.py doing select_pairs.py's --min_labse/--max_len_ratio/--drop_copies/--dedup
-    return None
+    return _same_metrics(f, content, uses_model)
+
+
+# What a scorer reports: the metric names of the literals a created script prints, and of each provided
+# script's line. A script that reports the metrics a provided scorer's line says it reports is that
+# scorer done again (em_f1.py printing "EM"/"F1" beside "grade.py: exact match and F1 of dev
+# predictions"), whatever its name.
+_METRIC_NAMES = (("em", r"\bem\b|exact[\s_-]*match"), ("f1", r"\bf1\b"), ("acc", r"\bacc(?:uracy)?\b"),
+                 ("auc", r"\b(?:roc[\s_-]*)?auc\b"), ("corr", r"\bspearman\b|\brho\b|\bpearson\b|\bcorrelation\b"),
+                 ("ndcg", r"\bndcg"), ("mrr", r"\bmrr\b"), ("wer", r"\bwer\b|word[\s_-]*error"), ("cer", r"\bcer\b"),
+                 ("bleu", r"\bbleu\b"), ("chrf", r"\bchrf"), ("rouge", r"\brouge"), ("winrate", r"\bwin[\s_-]*rate"),
+                 ("pass", r"\bpass@"), ("ppl", r"\bperplexity\b|\bppl\b"))
+_METRIC_RES = tuple((n, re.compile(rx, re.I)) for n, rx in _METRIC_NAMES)
+_TRAIN_CODE_RE = re.compile(r"\.backward\(|\boptim\.|Trainer\(|\.fit\(|\bgenerate\(")
+_PRINTED_RE = re.compile(r"(?:print|write|info|log)\s*\(\s*f?[\"']([^\"'\n]*)[\"']|[\"']([^\"'\n]{1,40})[\"']\s*,")
+
+
+def _metrics(text: str) -> frozenset[str]:
+    return frozenset(n for n, rx in _METRIC_RES if rx.search(text))
+
+
+def _same_metrics(f: Facts, content: str, uses_model: bool) -> str | None:
+    """The provided scorer whose line names the metrics this created script prints (None: none, or it
+    trains or generates: a pipeline step, not a scorer)."""
+    if uses_model or _TRAIN_CODE_RE.search(content):
+        return None
+    printed = " ".join(a or b for a, b in _PRINTED_RE.findall(content)).replace("_", " ")
+    mine = _metrics(printed)
+    if not mine:
+        return None
+    best, best_n = None, 0
+    for s in f.scripts:
+        doc = f.script_docs.get(s, "")
+        shared = mine & _metrics(doc.replace("_", " "))
+        if shared and (len(shared) >= 2 or shared == mine) and len(shared) > best_n:
+            best, best_n = s, len(shared)
+    return best
 
 
 _WORD_RE = re.compile(r"[a-z][a-z0-9]+")
@@ -413,6 +451,24 @@ def _loop_iters_batches(loop: Any) -> bool:
     return any(batch_slice(n) for n in ast.walk(loop))
 
 
+def _batched_arg(call: Any, body: list[Any]) -> bool:
+    """vLLM's ``generate`` called on a list built per turn (``prompts = [... for i in live]``, or the
+    comprehension itself): one batched call per turn of a multi-turn loop, not one prompt at a time."""
+    import ast
+
+    if not call.args:
+        return False
+    a = call.args[0]
+    if isinstance(a, (ast.ListComp, ast.GeneratorExp)):
+        return True
+    if isinstance(a, ast.Name):
+        for n in (n for b in body for n in ast.walk(b)):
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == a.id for t in n.targets) \
+                    and isinstance(n.value, (ast.ListComp, ast.GeneratorExp)):
+                return True
+    return False
+
+
 @lru_cache(maxsize=2048)
 def one_at_a_time(code: str) -> str | None:
     """How a script generates one sample at a time in a loop (None: it does not): transformers
@@ -435,7 +491,7 @@ def one_at_a_time(code: str) -> str | None:
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             src = ast.unparse(node.func)
-            if node.func.attr == "generate" and uses_vllm:
+            if node.func.attr == "generate" and uses_vllm and not _batched_arg(node, body):
                 return f"calls vLLM's {src}() once per prompt inside a loop instead of one batched call"
             if node.func.attr == "generate" and hf:
                 return f"calls transformers {src}() once per sample inside a loop"

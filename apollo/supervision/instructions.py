@@ -54,6 +54,17 @@ directive                    example                                      a late
                                                                           the lines its own edit replaced is kept)
 ============================ ============================================ ===========================================
 
+``eval_needs_check S`` (any)  "Run scripts/gen_dev.py … before you spend   calls eval after a change with no run of S
+                             an eval on it"                                since that change
+``eval_if METRIC op v``      "only spend the eval if its faithful rate is   calls eval while the last reading of METRIC
+                             above 85%"                                    (a command's output) breaks the condition
+
+Beside this grammar of sentence shapes, :func:`generic_constraints` reads every directive sentence as
+(subject, relation, value) triples — "cap comments per PR at 3 (--max_per_pr 3)", "keep the temperature
+between 0.01 and 0.1", "--real_frac 0.4 or higher", "use --concurrency 16 at most" — and adds the
+``bound`` / ``keep`` constraints the grammar did not read (a bound it reads wins over the grammar's
+equality on the same subject).
+
 A directive holds from the step it was delivered before to the end of the trajectory
 (``use_script``'s "by hand" clause until S has run). The LLM judge (``mask.judge``) covers what this
 grammar does not: paraphrased advice, goals, judgement calls.
@@ -116,7 +127,7 @@ NO_TOUCH_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|mod
 KEEP_TOPIC_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}?)\s+(?:at|to|=|equal\s+to)\s+{_NUM}"
                            rf"(?!\s*(?:%|examples|rows|pairs))")
 _NOT_VALUES = {"as", "a", "an", "the", "to", "for", "in", "on", "with", "and", "or", "when", "instead", "of", "if", "so",
-               "rather", "only", "too", "here", "there", "again", "then", "first", "now", "it", "this", "that"}
+               "rather", "only", "too", "here", "there", "again", "then", "first", "now", "it", "this", "that", "at"}
 OR_SIDE_RE = re.compile(r"(?i)\s+or\s+(lower|less|below|under|fewer|smaller|higher|more|above|over|greater|larger)\b")
 _LOWER = {"lower", "less", "below", "under", "fewer", "smaller"}
 # "Don't change the optim block in configs/distill.yaml": the keys under that block of the file
@@ -128,6 +139,15 @@ LEAVE_ALONE_RE = re.compile(rf"(?i)\bleave\s+(?:(?:it|that\s+file|this\s+file|th
 # "Do not spend the last eval without a clear improvement on dev (scripts/bench.py) first"
 LAST_EVAL_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:spend|use|waste|burn)\s+(?:the\s+|your\s+)?(?:last|final|remaining)\s+eval\w*"
                           r"\s+(?:without|unless|before)\b")
+# "run scripts/gen_dev.py … before you spend an eval on it", "… before evaluating", "before each eval"
+EVAL_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:you\s+)?(?:(?:spend|use|call|run|do|burn)\w*\s+)?(?:an?\s+|the\s+|any\s+|each\s+|"
+                             r"every\s+|your\s+)?(?:next\s+|new\s+)?eval\w*")
+# "only spend the eval if its faithful rate is above 85%", "evaluate only when dev accuracy is at least 60"
+EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only)\s+(?:\w+\s+){0,3}?(?:if|when|once)\s+"
+                        r"(?P<metric>(?:[\w%-]+\s+){1,5}?)(?:is\s+|are\s+|gets\s+|reaches\s+|goes\s+|stays\s+)?"
+                        r"(?P<rel>at\s+least|above|over|more\s+than|greater\s+than|higher\s+than|no\s+less\s+than|>=|>)\s+"
+                        r"(?P<v>-?\d[\d.]*%?)")
+_METRIC_STOP = {"its", "the", "your", "their", "that", "this", "dev", "rate", "score", "new", "checkpoint"}
 FLAG_USE_RE = re.compile(r"(?i)\b(?:use|pass|set|with)\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
 COUNT_RE = re.compile(rf"(?i)(?:\b(at\s+most|no\s+more\s+than|up\s+to|at\s+least|no\s+fewer\s+than)\s+{_NUM}\s+"
                       rf"(?:[\w-]+\s+){{0,2}}?(examples|rows|pairs|samples|records|items|questions|lines|instances)\b"
@@ -238,9 +258,15 @@ def _extract(text: str) -> tuple[Directive, ...]:
         if script is None:
             m = USE_SCRIPT_RE.search(sent)
             script = m.group(1) if m and m.group(1) else None
-        if script and not re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(script)}", sent):
+        pre_eval = EVAL_PRECOND_RE.search(sent)
+        if script and pre_eval and not LAST_EVAL_RE.search(sent):
+            # "run S1 and S2 on a new checkpoint before you spend an eval on it": a precondition of every
+            # later eval, not an order to run S now
+            scripts = re.findall(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent[:pre_eval.start()]) or [script]
+            out.append(d("eval_needs_check", norm_path(scripts[0]), {"scope": "any"}))
+        elif script and not re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(script)}", sent):
             tail = sent[sent.find(script) + len(script):]
-            flags = {f: (v or "") for f, v in FLAG_RE.findall(tail)}
+            flags = {f: ("" if v.lower().strip("'\"`") in _NOT_VALUES else v) for f, v in FLAG_RE.findall(tail)}
             out.append(d("use_script", norm_path(script), flags))
             if BACKGROUND_RE.search(sent):
                 out.append(d("background", norm_path(script)))
@@ -287,6 +313,13 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 asked = re.search(rf"(?i)\b(?:revert|restore|reset|set|change|fix)\b[^;.]*{re.escape(path)}|"
                                   rf"{re.escape(path)}[^;.]*\b(?:back\s+to|to)\b", sent[:m.start()])
                 out.append(d("forbid_write", norm_path(path), {"first_allowed": "1"} if asked else {}))
+        m = EVAL_IF_RE.search(sent)
+        if m and (v := _G_NUM_RE.match(m.group("v"))) is not None:
+            words = [w for w in re.findall(r"[A-Za-z][\w-]{3,}", m.group("metric")) if w.lower() not in _METRIC_STOP]
+            if words:
+                op = _op(m.group("rel")) if not re.match(r"(?i)above|over|more|greater|higher|>", m.group("rel")) else "gt"
+                out.append(d("eval_if", " ".join(words), {"op": op, "v": v.group(1),
+                                                         **({"pct": "1"} if v.group(2) == "%" else {})}))
         if LAST_EVAL_RE.search(sent):
             sm = re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent)
             out.append(d("eval_needs_check", norm_path(sm.group(1)) if sm else ""))
@@ -321,6 +354,7 @@ def _extract(text: str) -> tuple[Directive, ...]:
             sid = (WAIT_EVAL_RE.search(sent).group(1) or "") or (STILL_RUNNING_RE.search(sent).group(1)
                                                                 if STILL_RUNNING_RE.search(sent) else "")
             out.append(d("wait_before_eval", sid))
+        out.extend(_merge_generic(sent, out))
     cap = re.search(rf"(?i)\b(?:at\s+most|no\s+more\s+than|up\s+to)\s+{_NUM}", text)
     for x in list(out):
         if x.kind == "no_change" and x.values.get("dir") == "up" and cap and not any(
@@ -328,6 +362,40 @@ def _extract(text: str) -> tuple[Directive, ...]:
             # "Keep at most 12 tool calls per question; do not raise max_calls": max_calls <= 12
             out.append(Directive("bound", x.target, {"op": "le", "v": cap.group(1), "match": "exact"}, given_at, x.text))
     return tuple(out)
+
+
+def _norm_key(k: str) -> str:
+    return k.lstrip("-").replace("-", "_").lower()
+
+
+def _merge_generic(sent: str, out: list[Directive]) -> list[Directive]:
+    """The generic layer's constraints of ``sent`` that the grammar did not already give; where the generic
+    layer reads a bound on a subject the grammar read as an equality ("use --concurrency 16 at most"),
+    the bound wins (the grammar's equality is removed from ``out``)."""
+    new = generic_constraints(sent)
+    if not new:
+        return []
+    script = re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent)
+    bounded = {_norm_key(d.target) for d in new if d.kind == "bound" and d.values.get("match") == "exact"}
+    for x in list(out):
+        if x.text != sent:
+            continue
+        if x.kind in ("flag", "keep") and _norm_key(x.target) in bounded:
+            out.remove(x)
+        elif x.kind == "use_script":
+            for fl in [fl for fl in x.values if _norm_key(fl) in bounded]:
+                del x.values[fl]
+    have = {(x.kind, _norm_key(x.target), x.values.get("op", "eq")) for x in out if x.text == sent}
+    have |= {("keep", _norm_key(x.target), "eq") for x in out if x.text == sent and x.kind == "flag"}
+    have |= {("keep", _norm_key(fl), "eq") for x in out if x.text == sent and x.kind in ("use_script", "set") for fl in x.values}
+    res = []
+    for d in new:
+        if (d.kind, _norm_key(d.target), d.values.get("op", "eq")) in have:
+            continue
+        if d.kind == "keep" and script and d.values.get("match") == "exact":
+            d.values["script"] = script.group(1)  # "use S with --k 4": S's --k, not every script's
+        res.append(d)
+    return res
 
 
 def directives(f: Facts) -> list[Directive]:
@@ -572,6 +640,41 @@ def _unchecked_last_eval(f: Facts, i: int, d: Directive) -> str | None:
     return None
 
 
+def _unchecked_eval(f: Facts, i: int, d: Directive) -> str | None:
+    """Eval ``i`` comes after a change (a write since the previous eval) with no successful run of the check
+    script the directive names since that change ("run S … before you spend an eval on it")."""
+    last = max((j for j in range(i) if f.tools[j] == "eval" and f.ok(j)), default=-1)
+    runs_check = lambda j: d.target in f.script_runs(j) or any(r.endswith(d.target) for r in f.script_runs(j))  # noqa: E731
+    changes = [j for j in range(max(last + 1, d.given_at), i) if f.writes[j] and not runs_check(j)]
+    if not changes or any(runs_check(j) and f.ok(j) and not f.steps[j].observation.exit_code
+                          for j in range(changes[-1] + 1, i)):
+        return None
+    return f"evaluated without running {d.target} after the last change (step {changes[-1]}) ({d.describe()})"
+
+
+def _eval_condition_unmet(f: Facts, i: int, d: Directive) -> str | None:
+    """Eval ``i`` spends an eval although the last reading of the directive's metric before it (a command's
+    output, not an eval's) does not meet the condition ("only spend the eval if its faithful rate is above 85%")."""
+    bound = _num(d.values["v"].rstrip("%"))
+    if bound is None:
+        return None
+    stems = [w[:6].lower() for w in d.target.split()]
+    rx = re.compile(r"(?i)\b(?:" + "|".join(re.escape(s) for s in stems) + r")[\w-]*[\s:=]+(-?\d+(?:\.\d+)?)(%?)")
+    for j in range(i - 1, d.given_at - 1, -1):
+        if f.tools[j] == "eval":
+            break  # a reading older than the previous eval is not about what this eval measures
+        ms = list(rx.finditer(f.obs[j] or ""))
+        if not ms:
+            continue
+        got = float(ms[-1].group(1))
+        if d.values.get("pct") and not ms[-1].group(2) and got <= 1 < bound:
+            got *= 100
+        if _breaks(d.values["op"], got, bound):
+            return f"spent an eval at {d.target} {ms[-1].group(1)}{ms[-1].group(2)} (step {j}), not past {d.values['v']} ({d.describe()})"
+        return None
+    return None
+
+
 def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
     """(step, reason) for every action that contradicts an earlier explicit directive (once per facts)."""
     cache = f.__dict__.setdefault("_violations", {})
@@ -608,7 +711,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         active = [d for d in dirs if d.given_at <= i and (window is None or d.kind in ("forbid_write", "forbid_run",
                                                                                        "set", "bound", "keep", "no_touch",
                                                                                        "no_change", "flag",
-                                                                                       "eval_needs_check", "no_touch_block")
+                                                                                       "eval_needs_check", "no_touch_block",
+                                                                                       "eval_if")
                                                           or i - d.given_at < window)]
         if not active:
             continue
@@ -622,14 +726,22 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         for d in active:
             key = id(d)
             if d.kind in ("bound", "keep", "no_touch", "no_change") and vals:
+                if d.values.get("script") and tool == "run_command" and not any(
+                        r.endswith(d.values["script"]) or d.values["script"].endswith(r) for r in runs):
+                    continue
                 for k, got in vals.items():
                     if not _key_matches(d, k) or not got:
                         continue
+                    pct = d.values.get("pct") and (_num(d.values["v"]) or 0) > 1
+                    if pct:
+                        got = [g * 100 if abs(g) <= 1 else g for g in got]  # "40% or more" and --real_frac 0.3
                     if d.kind == "bound":
                         b = _num(d.values["v"])
                         bad = next((g for g in got if b is not None and _breaks(d.values["op"], g, b)), None)
                         if bad is not None:
-                            reason = f"set {k} = {bad:g}, past the bound of {d.values['v']} ({d.describe()})"
+                            shown = f"{bad / 100:g} ({bad:g}%)" if pct else f"{bad:g}"
+                            reason = f"set {k} = {shown}, past the bound of {d.values['v']}{'%' if pct else ''} " \
+                                     f"({d.describe()})"
                     elif d.kind == "keep":
                         b = _num(d.values["v"])
                         bad = next((g for g in got if b is not None and g != b), None)
@@ -674,7 +786,9 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                 if d.target == "always" or not changed_since.get(key, False):
                     reason = f"evaluated again although told to stop ({d.describe()})"
             elif d.kind == "eval_needs_check" and tool == "eval" and ok:
-                reason = _unchecked_last_eval(f, i, d)
+                reason = _unchecked_eval(f, i, d) if d.values.get("scope") == "any" else _unchecked_last_eval(f, i, d)
+            elif d.kind == "eval_if" and tool == "eval" and ok:
+                reason = _eval_condition_unmet(f, i, d)
             elif d.kind == "open_before_edit" and tool in ("edit_file", "create_file", "run_command") \
                     and d.target in written and not any(d.target in f.viewed_paths(j) for j in range(i)):
                 reason = f"edited {d.target} without reading it first, as told ({d.describe()})"
@@ -728,3 +842,131 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         if reason:
             out[i] = reason
     return sorted(out.items())
+
+
+# ---------------------------------------------------------------------------------------------------
+# The generic layer: (subject, relation, value) constraints, whatever the sentence's shape.
+#
+# The grammar above matches sentence shapes, and each held-out set brought shapes it had not seen
+# ("cap comments per PR at 3 (--max_per_pr 3)", "keep the temperature between 0.01 and 0.1",
+# "--real_frac 0.4 or higher", "use --concurrency 16 at most"). This layer parses a directive the way
+# a reader does: it finds the *subjects* a sentence names (a ``--flag``, a ``snake_case`` or
+# ``UPPER_CASE`` key, a backticked name, a known topic such as "temperature" or "learning rate"), the
+# *values* (numbers, with k and %), and the *relation* around each value (a range "between a and b", a
+# bound word before it — "at most", "under", negated "above" — or after it — "or lower", "at most" —,
+# else equality when the sentence asks to keep/use/set it), and pairs each value with the nearest
+# subject of its clause (the one before it, else the one after). A sentence without a directive cue
+# ("keep", "use", "do not", "must", "only", "cap", ...) is information, not a directive. The result is
+# the grammar's own ``bound`` / ``keep`` directives, checked the same way on every later action.
+_G_SUBJ_RE = re.compile(r"--([A-Za-z][\w-]*)|`([A-Za-z_][\w.-]*)`|(?<![\w/.-])([A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]*[A-Za-z0-9])(?![\w/-]|\.\w)")
+_G_TOPICS = {**_TOPIC_KEYS, "alpha": r"(?:^|_)alpha(?:_|$)", "gamma": r"(?:^|_)gamma(?:_|$)", "top-p": r"top_p",
+             "top p": r"top_p", "dropout": r"dropout", "label smoothing": r"label_smoothing",
+             "learning-rate": r"learning_rate|(?:^|_)lr(?:_|$)", "batch-size": r"batch"}
+_G_TOPIC_RE = re.compile(r"(?i)\b(" + "|".join(sorted((re.escape(t) for t in _G_TOPICS if " " in t or "-" in t or len(t) > 3),
+                                                         key=len, reverse=True)) + r"|lr|kl)\b")
+_G_NUM_RE = re.compile(r"(?<![\w.-])(-?\d[\d,]*(?:\.\d+)?(?:[eE]-?\d+)?)(k|K|%)?(?!\w|\.\d|,\d)")
+_G_CUE_RE = re.compile(r"(?i)\b(?:keep|kept|use|set|stay|stick|cap|capped|limit|leave|fix|pin|hold|must|should|need|needs|"
+                       r"only|never|don'?t|do\s+not|no\s+more|at\s+most|at\s+least|make\s+sure|ensure|aim|avoid|"
+                       r"not\s+(?:above|over|below|under|exceed|more|less|higher|lower))\b")
+_NEGW = r"(?:not|never|don'?t|do\s+not|no)\s+(?:[\w-]+\s+){0,3}?"
+_G_UP = r"(?:above|over|higher\s+than|more\s+than|greater\s+than|beyond|past|exceed\w*)"
+_G_DOWN = r"(?:below|under|lower\s+than|less\s+than|fewer\s+than)"
+_G_END = r"\s*(?:the\s+|a\s+)?$"
+# (relation, pattern ending right before the value), the negated forms first: "do not go below 0.5" is >= 0.5
+_G_PRE = (("le", re.compile(rf"(?i){_NEGW}(?:go\s+|be\s+|set\s+\S+\s+|raise\s+\S+\s+)?{_G_UP}{_G_END}")),
+          ("ge", re.compile(rf"(?i){_NEGW}(?:go\s+|be\s+|drop\s+|set\s+\S+\s+|lower\s+\S+\s+)?{_G_DOWN}{_G_END}")),
+          ("le", re.compile(rf"(?i)(?:at\s+most|no\s+more\s+than|not\s+more\s+than|up\s+to|max(?:imum)?(?:\s+of)?|"
+                            rf"at\s+or\s+(?:below|under)|cap(?:ped|s)?\s+(?:(?!at\b)[\w-]+\s+){{0,5}}at|<=|≤){_G_END}")),
+          ("lt", re.compile(rf"(?i)(?:{_G_DOWN}|<){_G_END}")),
+          ("ge", re.compile(rf"(?i)(?:at\s+least|no\s+less\s+than|not\s+less\s+than|no\s+fewer\s+than|"
+                            rf"min(?:imum)?(?:\s+of)?|at\s+or\s+above|>=|≥){_G_END}")),
+          ("gt", re.compile(rf"(?i)(?:above|over|more\s+than|greater\s+than|higher\s+than|>){_G_END}")))
+_G_POST_LE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:lower|less|below|under|fewer|smaller)|at\s+most|max(?:imum)?\b|tops\b)")
+_G_POST_GE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:higher|more|above|greater|larger|up)|at\s+least|minimum\b)")
+_G_EQ_PRE = re.compile(r"(?i)(?:\b(?:at|to|of|=|:)|=|:)\s*$")
+_G_EQ_CUE_RE = re.compile(r"(?i)\b(?:keep|use|set|leave|fix|pin|stick|stay|hold|pass)\b")
+_G_ADJ_RE = re.compile(r"(?i)\s*(?:[=:]|at|to|of|is|stays?\s+at|fixed\s+at)?\s*")
+_G_RANGE_RE = re.compile(r"(?i)\b(?:between|from|in\s+(?:the\s+)?(?:range\s+)?\[?)\s*(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)\s*(?:and|to|-|–|,)\s*"
+                         r"(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)\]?")
+_COUNT_UNITS_RE = re.compile(r"(?i)^\s*(?:[\w-]+\s+){0,2}?(?:examples|rows|pairs|samples|records|items|questions|lines|instances|"
+                             r"trajectories|documents|docs|tokens|words|chars|characters|minutes|hours|seconds|gpus?)\b")
+
+
+def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, target, match) of every subject the sentence names."""
+    out = []
+    for m in _G_SUBJ_RE.finditer(sent):
+        name = next(g for g in m.groups() if g)
+        if "/" in name or re.search(r"\.(?:py|sh|ya?ml|json|jsonl|txt|md|tsv|csv)$", name):
+            continue
+        out.append((m.start(), m.end(), name.replace("-", "_"), "exact"))
+    for m in _G_TOPIC_RE.finditer(sent):
+        rx = _G_TOPICS.get(m.group(1).lower())
+        if rx and not any(s <= m.start() < e for s, e, _, _ in out):
+            out.append((m.start(), m.end(), rx, "regex"))
+    return sorted(out)
+
+
+def _g_clause(sent: str, pos: int) -> tuple[int, int]:
+    """The clause around ``pos``: between the nearest ';' / ' but ' / sentence bounds."""
+    lo = max((m.end() for m in re.finditer(r";|\bbut\b|\bwhile\b|\bexcept\b", sent[:pos])), default=0)
+    m = re.search(r";|\bbut\b|\bwhile\b|\bexcept\b", sent[pos:])
+    return lo, (pos + m.start()) if m else len(sent)
+
+
+def generic_constraints(sent: str) -> list[Directive]:
+    """The (subject, relation, value) constraints of one sentence, as ``bound`` / ``keep`` directives."""
+    if not _G_CUE_RE.search(sent):
+        return []
+    subs = _g_subjects(sent)
+    if not subs:
+        return []
+    eq_cue = _G_EQ_CUE_RE.search(sent) is not None
+    found: list[tuple[int, str, str, str, dict[str, str]]] = []  # (value pos, target, match, kind, values)
+    used_nums: set[int] = set()
+    for m in _G_RANGE_RE.finditer(sent):
+        a, b = _num(m.group(1)), _num(m.group(2))
+        if a is None or b is None or a >= b:
+            continue
+        found.append((m.start(1), "", "", "range", {"lo": m.group(1), "hi": m.group(2)}))
+        used_nums.update((m.start(1), m.start(2)))
+    for m in _G_NUM_RE.finditer(sent):
+        if m.start() in used_nums or any(s <= m.start() < e for s, e, _, _ in subs):
+            continue
+        v = m.group(1) + ("k" if (m.group(2) or "").lower() == "k" else "")
+        pct = m.group(2) == "%"
+        pre, post = sent[max(0, m.start() - 60):m.start()], sent[m.end():m.end() + 30]
+        if _COUNT_UNITS_RE.match(post):
+            continue  # "40,000 examples", "80 words": a count or a goal in other units, not a key's value
+        extra = {"pct": "1"} if pct else {}
+        if _G_POST_LE.match(post):
+            found.append((m.start(), "", "", "bound", {"op": "le", "v": v, **extra}))
+        elif _G_POST_GE.match(post):
+            found.append((m.start(), "", "", "bound", {"op": "ge", "v": v, **extra}))
+        elif (rel := next((op for op, rx in _G_PRE if rx.search(pre)), None)) is not None:
+            found.append((m.start(), "", "", "bound", {"op": rel, "v": v, **extra}))
+        elif eq_cue:
+            prev = max((s for s in subs if s[1] <= m.start()), key=lambda s: s[1], default=None)
+            gap = sent[prev[1]:m.start()] if prev else None
+            if (gap is not None and _G_ADJ_RE.fullmatch(gap)) or _G_EQ_PRE.search(pre):
+                found.append((m.start(), "", "", "keep", {"v": v, **extra}))
+    out: list[Directive] = []
+    for pos, _, _, kind, vals in found:
+        lo, hi = _g_clause(sent, pos)
+        before = [s for s in subs if lo <= s[0] and s[1] <= pos and pos - s[1] <= 70]
+        after = [s for s in subs if s[0] > pos and s[1] <= hi and s[0] - pos <= 60]
+        subj = before[-1] if before else (after[0] if after else None)
+        if after and re.match(r"(?i)[\d.,%kK]*\s+(?:for|on|of)\s+(?:the\s+|any\s+|each\s+|every\s+)?$",
+                              sent[pos:after[0][0]]):
+            subj = after[0]  # "do not go above 0.3 for drop_quantile": the subject it names after the value
+        if subj is None:
+            continue
+        _, _, target, match = subj
+        if kind == "range":
+            out.append(Directive("bound", target, {"op": "ge", "v": vals["lo"], "match": match, "generic": "1"}, 0, sent))
+            out.append(Directive("bound", target, {"op": "le", "v": vals["hi"], "match": match, "generic": "1"}, 0, sent))
+        else:
+            out.append(Directive(kind if kind == "bound" else "keep", target, {**vals, "match": match, "generic": "1"}, 0, sent))
+    # a bound and an equality on one subject ("cap at 3 (--max_per_pr 3)"): the bound is the directive
+    bounded = {(d.target, d.values["v"]) for d in out if d.kind == "bound"}
+    return [d for d in out if not (d.kind == "keep" and (d.target, d.values["v"]) in bounded)]
