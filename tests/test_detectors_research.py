@@ -505,3 +505,49 @@ def test_an_own_scorer_is_found_by_the_metrics_it_prints_and_a_batched_turn_loop
              "    prompts = [msgs[i] for i in live]\n    outs = llm.generate(prompts)\n")
     single = "from vllm import LLM\nllm = LLM('m')\nfor p in prompts:\n    out = llm.generate([p])\n"
     assert one_at_a_time(turns) is None and one_at_a_time(single) is not None
+
+
+def test_a_job_waited_out_or_read_after_a_wait_has_ended_and_a_launch_line_with_tp_and_dp_uses_their_product():
+    from apollo.supervision.detectors import gpus_used
+
+    sleep = lambda s: st("sleep", {"seconds": s}, f"Slept {s} s.")  # noqa: E731
+    train = bg("bash scripts/train.sh outputs/train.jsonl outputs/ckpt", "train")
+    # an eval after sleeping out the job (nothing said "running" since): kept; seconds after the launch: improper
+    assert drops(t(train, sleep(1500), ev()), "improper_eval") == {}
+    assert "not seen finished" in drops(t(train, sleep(30), ev()), "improper_eval")[2]
+    running = st("check_session_idle", {"session_id": "train"}, "Session 'train' is still running.")
+    assert 3 in drops(t(train, sleep(1500), running, ev()), "improper_eval")
+    launch = bg("python scripts/rewrite.py --input data/a.jsonl --output outputs/train.jsonl --model m "
+                "--tensor_parallel_size 8", "gen")
+    # a command that reads the job's output after a wait treats it as ended: a long sleep after that is idle
+    read = run("python scripts/verify_answers.py --input outputs/train.jsonl --output outputs/v.jsonl", "kept 9/10")
+    assert 3 in drops(t(launch, sleep(900), read, sleep(1800)), "resource_waste")
+    # ... but a look at its log is watching it, not a sign it ended
+    tail = run("tail -n 3 outputs/gen.log", "step 10")
+    assert drops(t(launch, sleep(900), tail, sleep(1800)), "resource_waste") == {}
+    assert gpus_used("python gen.py --tp 4 --dp 2") == 8 and gpus_used("python gen.py --tp 4") == 4
+
+
+def test_an_own_script_under_outputs_is_an_own_version_and_after_use_s_it_breaks_the_directive():
+    mine = created("outputs/answer_check.py", "import json, sys\n# keep samples whose final number matches\n"
+                                          "for l in open(sys.argv[1]):\n    r = json.loads(l)\n")
+    ran = run("python outputs/answer_check.py outputs/raw.jsonl outputs/ok.jsonl", "kept 90/100")
+    d = drops(t(mine, ran), "ignore_script")
+    assert "scripts/verify_answers.py" in d[0] and 1 in d
+    told = st("list_files", {"path": "."}, guidance=("Use scripts/verify_answers.py for the answer check.",))
+    vi = drops(t(told, mine, ran), "violate_instruction")
+    assert "its own version of scripts/verify_answers.py" in vi[1] and 2 in vi
+    assert drops(t(told, mine, ran), "ignore_script") == {}  # one fault, named once: the directive's
+
+
+def test_more_directive_shapes_a_count_in_any_unit_a_file_left_exactly_as_it_is_and_a_block_with_a_colon():
+    def kinds(text):
+        return [(d.kind, d.target, d.values.get("op"), d.values.get("v")) for d in extract(text)]
+
+    assert ("count", "dialogues", "le", "30k") in kinds("Keep the SFT set at or below 30k dialogues, please.")
+    assert kinds("Leave configs/sft.yaml exactly as it is.") == [("forbid_write", "configs/sft.yaml", None, None)]
+    assert kinds("Don't touch the train: block of configs/rm.yaml.")[0][:2] == ("no_touch_block", "configs/rm.yaml")
+    assert ("keep", "temperature", None, "1.0") in kinds("And the loss temperature stays at 1.0.")
+    from apollo.supervision.instructions import _reported_count
+
+    assert _reported_count("$ python dedup.py --out o.jsonl\nkept 30912/31877\n", "outputs/o.jsonl") == 30912

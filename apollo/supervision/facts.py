@@ -705,16 +705,32 @@ class Facts:
             return bool(names) and "No such file" not in text and "not found" not in text
         return False
 
+    def _consumes(self, i: int, job: Job) -> bool:  # (also used by detectors: resource_waste)
+        """Step ``i`` (after a wait) runs a command that reads what ``job`` writes (names one of its output
+        files without writing it): the agent treats the job as done, as a reader of the trajectory does."""
+        if self.tools[i] != "run_command" or not job.outputs or not self.ok(i) or self.session(i) == job.session \
+                or (not self.background(i) and self.steps[i].observation.exit_code):
+            return False
+        cmd = self.command(i)
+        if set(self.script_runs(i)) & set(self.script_runs(job.step)):
+            return False  # the same script again: a relaunch or a duplicate, not a reader of the first one's output
+        if not any(o in cmd for o in job.outputs) or re.search(r"\.log\b|\blogs?/", cmd):
+            return False  # (reading a running job's log is how one watches it, not a sign it ended)
+        mine = set(self.written_paths(i))
+        return not any(o in mine for o in job.outputs if o in cmd)
+
     @cached_property
     def jobs_before(self) -> list[tuple[Job, ...]]:
         """Jobs (servers included) started and not seen finished, before each step (steps with the same
         jobs share one tuple)."""
         pending: tuple[Job, ...] = ()
         out = []
+        slept = False  # a sleep since the newest pending job's launch (a consumer after it treats the job as done)
         for i in range(self.n):
             out.append(pending)
             if pending:
-                left = tuple(j for j in pending if not self._shows_done(i, j))
+                slept = slept or (self.tools[i] == "sleep" and self.ok(i))
+                left = tuple(j for j in pending if not (self._shows_done(i, j) or (slept and self._consumes(i, j))))
                 if len(left) != len(pending):
                     pending = left
             if self.background(i):
