@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml requirements/cpu-lock.txt
 install: $(STAMP)
 
 # the quick path: seed 0 of the headline pair (the base policy and full Apollo), their table;
-# `make experiment` runs every variant x seed (the 15-minute budget of `make run` leaves out
+# `make experiment` runs every variant x seed (`make run` leaves out
 # no_mask/no_human: two more trainings and evaluations)
 run: $(STAMP) bubblewrap
 	$(PY) -m flows.pipeline --variants untrained full --seeds 0
