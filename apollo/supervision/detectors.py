@@ -929,9 +929,34 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
 @register("violate_instruction", judge_always=True)
 def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Contradicting an explicit directive of earlier <real_user> guidance (rule part; the judge adds the rest)."""
-    from apollo.supervision.instructions import violations
+    from apollo.supervision.instructions import directives, violations
 
-    return [_drop(i, "violate_instruction", reason) for i, reason in violations(f, p.instruction_window)]
+    found = dict(violations(f, p.instruction_window))
+    # the agent's own version of a script the human said to use (written, then run): a broken directive
+    told = [d for d in directives(f) if d.kind == "use_script"]
+    if told:
+        files: dict[str, str] = {}
+        for i in range(f.n):
+            if not f.ok(i) or not f.steps[i].action.valid:
+                continue
+            mine = None
+            if f.tools[i] == "create_file" and isinstance(f.args[i].get("content"), str):
+                path = norm_path(f.args[i].get("path"))
+                s = own_version_of(f, path, f.args[i]["content"])
+                if s:
+                    files[path] = s
+                    mine = (path, s)
+            elif f.tools[i] == "run_command" and files:
+                runs = [r for r in f.script_runs(i) if r in files]
+                mine = (runs[0], files[runs[0]]) if runs else None
+            if mine is None or (i in found and "which it was told to" not in found[i]):
+                continue  # (the own version names the use_script breach better than "wrote X without S")
+            d = next((d for d in told if d.given_at <= i and (d.target == mine[1] or mine[1].endswith("/" + d.target)
+                                                             or d.target.endswith("/" + mine[1]))), None)
+            if d is not None:
+                what = "wrote" if f.tools[i] == "create_file" else "ran"
+                found[i] = f"{what} {mine[0]}, its own version of {mine[1]}, although told to use {d.target} ({d.describe()})"
+    return [_drop(i, "violate_instruction", reason) for i, reason in sorted(found.items())]
 
 
 _EVAL_MISSING_RE = Gated.derive(re.compile(r"[\w./-]+ (?:not found|does not exist|is missing)|No such file[^\n]*"))

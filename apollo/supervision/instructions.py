@@ -701,29 +701,6 @@ def _orders_run(d: Directive) -> bool:
     return bool(re.search(rf"(?i)\b(?:use|run|execute|call)\s+(?:python3?\s+|bash\s+)?(?:[\w.-]+/)*{base}\b", d.text))
 
 
-def _own_versions(f: Facts) -> dict[int, tuple[str, str]]:
-    """step → (the agent's file, the provided script it redoes) for every create_file of an own version of a
-    provided script and every later run of that file (once per facts)."""
-    got = f.__dict__.get("_own_versions")
-    if got is None:
-        from apollo.supervision.detectors import own_version_of
-
-        got, files = {}, {}
-        for i in range(f.n):
-            if f.tools[i] == "create_file" and f.ok(i) and isinstance(f.args[i].get("content"), str):
-                path = norm_path(f.args[i].get("path"))
-                s = own_version_of(f, path, f.args[i]["content"])
-                if s:
-                    files[path] = s
-                    got[i] = (path, s)
-            elif f.tools[i] == "run_command" and files:
-                mine = [r for r in f.script_runs(i) if r in files]
-                if mine:
-                    got[i] = (mine[0], files[mine[0]])
-        f.__dict__["_own_versions"] = got
-    return got
-
-
 def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
     dirs = directives(f)
     if not dirs:
@@ -829,10 +806,6 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
             elif d.kind == "open_before_edit" and tool in ("edit_file", "create_file", "run_command") \
                     and d.target in written and not any(d.target in f.viewed_paths(j) for j in range(i)):
                 reason = f"edited {d.target} without reading it first, as told ({d.describe()})"
-            elif d.kind == "use_script" and ok and (own_s := _own_versions(f).get(i)) is not None and (
-                    own_s[1] == d.target or own_s[1].endswith("/" + d.target) or d.target.endswith("/" + own_s[1])):
-                what = "wrote" if tool == "create_file" else "ran"
-                reason = f"{what} {own_s[0]}, its own version of {own_s[1]}, although told to use {d.target} ({d.describe()})"
             elif d.kind == "use_script":
                 if d.target in runs:
                     attempted.add(key)
