@@ -192,20 +192,24 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     docs = f.script_docs
     plan_keys = [k for k in (f.task.plan or []) if k.get("key") and k.get("avoid")]
     used: set[str] = set()  # provided scripts run successfully so far
-    own: dict[str, str] = {}  # the agent's own version of a provided script → that script
+    mine = own_versions(f)
     for i in range(f.n):
         tool = f.tools[i]
         if tool not in _WRITE_TOOLS or not f.ok(i):
             continue
         runs = f.script_runs(i)
         provided = [s for s in runs if s in f.scripts or s in f.inner_scripts]
-        if tool == "create_file" or (runs and any(r in own for r in runs)):
-            reason = _own_version_reason(f, i, own)
-            if reason:
-                out.append(_drop(i, "ignore_script", reason))
+        if i in mine:
+            path, s = mine[i]
+            if not _told_to_use(f, i, s):  # told to use s: violate_instruction names it
+                out.append(_drop(i, "ignore_script", f"writes {path}, its own version of the provided {s}"
+                                 if tool == "create_file" else f"runs its own {path} instead of the provided {s}"))
                 continue
-            if tool == "create_file" and norm_path(f.args[i].get("path")) in own:
-                continue  # an own version the human said not to make (use S): violate_instruction names it
+            if tool == "create_file":
+                continue
+        elif tool == "create_file" and any(j < i and f.tools[j] == "create_file" and mine[j][0] == norm_path(f.args[i].get("path"))
+                                           for j in mine):
+            continue  # rewrites a file that was an own version of a provided script
         if provided:
             if not f.steps[i].observation.exit_code:
                 used.update(provided)
@@ -399,6 +403,11 @@ def _prefixed(sig: set[str], words: set[str]) -> set[str]:
     return {w for w in sig if w in words or any(_prefix_match(w, c) for c in words if len(c) >= 4)}
 
 
+def same_script(a: str, b: str) -> bool:
+    """Two script paths name the same script (one may be relative to the other's directory)."""
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
 def _told_to_use(f: Facts, i: int, script: str) -> bool:
     """A human directive delivered before step ``i`` says to use ``script``: doing it by other means
     breaks that directive (violate_instruction reports it), beyond ignoring a provided script."""
@@ -407,24 +416,34 @@ def _told_to_use(f: Facts, i: int, script: str) -> bool:
     told = f.__dict__.get("_told_scripts")
     if told is None:
         told = f.__dict__["_told_scripts"] = [(d.given_at, d.target) for d in directives(f) if d.kind == "use_script"]
-    return any(at <= i and (t == script or script.endswith("/" + t) or t.endswith("/" + script)) for at, t in told)
+    return any(at <= i and same_script(t, script) for at, t in told)
 
 
-def _own_version_reason(f: Facts, i: int, own: dict[str, str]) -> str | None:
-    tool, args = f.tools[i], f.args[i]
-    if tool == "create_file":
-        path = norm_path(args.get("path"))
-        content = args.get("content")
-        s = own_version_of(f, path, content) if isinstance(content, str) else None
-        if s:
-            own[path] = s
-            return None if _told_to_use(f, i, s) else f"writes {path}, its own version of the provided {s}"
-        return None
-    if tool == "run_command":
-        mine = [r for r in f.script_runs(i) if r in own]
-        if mine and not _told_to_use(f, i, own[mine[0]]):
-            return f"runs its own {mine[0]} instead of the provided {own[mine[0]]}"
-    return None
+def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
+    """The steps that write or run the agent's own version of a provided script: step → (the own
+    script's path, the provided script). A ``create_file`` whose content does what a provided script
+    does (:func:`own_version_of`), and every later successful ``run_command`` of that file. Computed
+    once per facts (ignore_script and violate_instruction both read it)."""
+    got = f.__dict__.get("_own_versions")
+    if got is not None:
+        return got
+    got = {}
+    files: dict[str, str] = {}
+    for i in range(f.n):
+        if not f.ok(i):
+            continue
+        if f.tools[i] == "create_file" and isinstance(f.args[i].get("content"), str):
+            path = norm_path(f.args[i].get("path"))
+            s = own_version_of(f, path, f.args[i]["content"])
+            if s:
+                files[path] = s
+                got[i] = (path, s)
+        elif f.tools[i] == "run_command" and files:
+            runs = [r for r in f.script_runs(i) if r in files]
+            if runs:
+                got[i] = (runs[0], files[runs[0]])
+    f.__dict__["_own_versions"] = got
+    return got
 
 
 _HF_CMD_RE = re.compile(
@@ -935,27 +954,13 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
     # the agent's own version of a script the human said to use (written, then run): a broken directive
     told = [d for d in directives(f) if d.kind == "use_script"]
     if told:
-        files: dict[str, str] = {}
-        for i in range(f.n):
-            if not f.ok(i) or not f.steps[i].action.valid:
-                continue
-            mine = None
-            if f.tools[i] == "create_file" and isinstance(f.args[i].get("content"), str):
-                path = norm_path(f.args[i].get("path"))
-                s = own_version_of(f, path, f.args[i]["content"])
-                if s:
-                    files[path] = s
-                    mine = (path, s)
-            elif f.tools[i] == "run_command" and files:
-                runs = [r for r in f.script_runs(i) if r in files]
-                mine = (runs[0], files[runs[0]]) if runs else None
-            if mine is None or (i in found and "which it was told to" not in found[i]):
+        for i, (path, s) in own_versions(f).items():
+            if i in found and "which it was told to" not in found[i]:
                 continue  # (the own version names the use_script breach better than "wrote X without S")
-            d = next((d for d in told if d.given_at <= i and (d.target == mine[1] or mine[1].endswith("/" + d.target)
-                                                             or d.target.endswith("/" + mine[1]))), None)
+            d = next((d for d in told if d.given_at <= i and same_script(d.target, s)), None)
             if d is not None:
                 what = "wrote" if f.tools[i] == "create_file" else "ran"
-                found[i] = f"{what} {mine[0]}, its own version of {mine[1]}, although told to use {d.target} ({d.describe()})"
+                found[i] = f"{what} {path}, its own version of {s}, although told to use {d.target} ({d.describe()})"
     return [_drop(i, "violate_instruction", reason) for i, reason in sorted(found.items())]
 
 

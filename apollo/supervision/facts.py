@@ -725,7 +725,9 @@ class Facts:
         jobs share one tuple)."""
         pending: tuple[Job, ...] = ()
         out = []
-        slept = False  # a sleep since the newest pending job's launch (a consumer after it treats the job as done)
+        # an ok sleep at a step with some job pending; never reset, so it is not per job: once set, a later
+        # consumer of any pending job's output (also of a job launched after the sleep) treats that job as done
+        slept = False
         for i in range(self.n):
             out.append(pending)
             if pending:

@@ -108,8 +108,8 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
         w = drops[0]
         others = list(dict.fromkeys(f"{f.category} ({f.source})" for f in drops[1:] if f.category != w.category))
         reason = w.reason + (f" (also: {', '.join(others)})" if others else "")
-        # (model_construct: the fields come from findings already typed; validating them again is a third
-        # of combine's time on a trajectory set with a third of its steps dropped)
+        # (model_construct: the fields come from findings already typed; pydantic would validate them again
+        # for every dropped step)
         make = MaskDecision.model_construct if reason else MaskDecision  # (no reason: the validator says so)
         return make(keep=False, source=w.source, category=w.category, reason=reason, flagged=bool(flagged))
     if flagged:
