@@ -540,6 +540,25 @@ def test_an_own_script_under_outputs_is_an_own_version_and_after_use_s_it_breaks
     assert drops(t(told, mine, ran), "ignore_script") == {}  # one fault, named once: the directive's
 
 
+def test_own_versions_is_the_one_walk_both_detectors_read_and_same_script_matches_relative_paths():
+    from apollo.supervision.detectors import own_versions, same_script
+    from apollo.supervision.facts import Facts
+
+    assert same_script("scripts/verify_answers.py", "verify_answers.py") and same_script("a/b.py", "a/b.py")
+    assert not same_script("scripts/verify_answers.py", "answers.py") and not same_script("x/a.py", "y/a.py")
+    mine = created("outputs/answer_check.py", "import json, sys\n# keep samples whose final number matches\n"
+                                              "for l in open(sys.argv[1]):\n    r = json.loads(l)\n")
+    other = created("notes.md", "plan: run the checker")
+    tr = t(mine, other, run("python outputs/answer_check.py outputs/raw.jsonl outputs/ok.jsonl", "kept 90/100"),
+           run("python outputs/answer_check.py a b", "Refused: the sandbox is read-only here.", refused=True))
+    f = Facts(tr, Masker(MaskConfig()).task_info(tr))
+    got = own_versions(f)
+    # the write and the run; not the unrelated file, not the refused run (the tool did not run)
+    assert got == {0: ("outputs/answer_check.py", "scripts/verify_answers.py"),
+                   2: ("outputs/answer_check.py", "scripts/verify_answers.py")}
+    assert own_versions(f) is got  # computed once per facts
+
+
 def test_more_directive_shapes_a_count_in_any_unit_a_file_left_exactly_as_it_is_and_a_block_with_a_colon():
     def kinds(text):
         return [(d.kind, d.target, d.values.get("op"), d.values.get("v")) for d in extract(text)]
