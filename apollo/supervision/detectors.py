@@ -422,8 +422,9 @@ def _told_to_use(f: Facts, i: int, script: str) -> bool:
 def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
     """The steps that write or run the agent's own version of a provided script: step → (the own
     script's path, the provided script). A ``create_file`` whose content does what a provided script
-    does (:func:`own_version_of`), and every later successful ``run_command`` of that file. Computed
-    once per facts (ignore_script and violate_instruction both read it)."""
+    does (:func:`own_version_of`), and every later ``run_command`` of that file that ran (:meth:`Facts.ok`:
+    not refused, whatever its exit code). Computed once per facts (ignore_script and
+    violate_instruction both read it)."""
     got = f.__dict__.get("_own_versions")
     if got is not None:
         return got
