@@ -570,3 +570,67 @@ def test_more_directive_shapes_a_count_in_any_unit_a_file_left_exactly_as_it_is_
     from apollo.supervision.instructions import _reported_count
 
     assert _reported_count("$ python dedup.py --out o.jsonl\nkept 30912/31877\n", "outputs/o.jsonl") == 30912
+
+
+# ------------------------------------------------- round 5: references a reader resolves, eval budgets
+def test_a_pronoun_a_noun_a_script_stem_an_eval_budget_and_a_count_with_max_after_it():
+    def kinds(text):
+        return [(d.kind, d.target, d.values.get("v") or d.values.get("n")) for d in extract(text)]
+
+    assert ("forbid_write", "agent/prompts.py", None) in kinds(
+        "Heads up: agent/prompts.py is shared with another experiment. Do not edit it; leave it as it is.")
+    assert [k[:2] for k in kinds("good. Don't touch the loss or the config any more.")] == [
+        ("forbid_noun", "loss"), ("forbid_noun", "config")]
+    assert kinds("Don't touch the batch size.")[0][0] == "no_touch"  # a hyperparameter topic, not a file noun
+    assert ("script_value", "needle_dev", "32k") in kinds("needle_dev at 32k only from now on please")
+    assert ("eval_budget", "", "1") in kinds("Nice. You get ONE more eval after this, make it count.")
+    assert ("count", "pairs", "100k") in kinds("For this round train on 100k pairs max.")
+    assert kinds("Keep the anchor weight at or below 0.05.")[0][0] == "bound"
+    assert kinds("The loss looks fine and the config parses.") == []  # information, not a directive
+
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    shown = st("open_file", {"path": "configs/distill.yaml"}, "[configs/distill.yaml: lines 1-2 of 2]\n1: kind: kl\n2: lr: 1e-5")
+    cfg = st("edit_file", {"path": "configs/distill.yaml", "start_line": 1, "end_line": 1, "content": "kind: tv"}, "Edited")
+    out = st("create_file", {"path": "outputs/notes.md", "content": "config tried: tv"}, "Created outputs/notes.md (16 characters).")
+    d = drops(t(g(shown, "Don't touch the loss or the config any more."), out, cfg), "violate_instruction")
+    assert list(d) == [2] and "the config" in d[2]  # an output named like it is not the config
+    dev = lambda n: run(f"python scripts/needle_dev.py --ckpt outputs/ckpt --len {n}")  # noqa: E731
+    d = drops(t(g(dev(32768), "needle_dev at 32k only from now on please"), dev(32000), dev(64000)), "violate_instruction")
+    assert list(d) == [2] and "64000" in d[2]
+    e = lambda: st("eval", {}, "score 61.0")  # noqa: E731
+    d = drops(t(e(), g(run("python scripts/bench.py --model m"), "You get ONE more eval after this, make it count."), e(), e()),
+              "violate_instruction")
+    assert list(d) == [3]  # the one eval it had, then a second one
+    # the anchor weight: its keys whatever their spelling; a value within the bound is kept
+    rm = lambda v: st("edit_file", {"path": "configs/rm.yaml", "start_line": 3, "end_line": 3,  # noqa: E731
+                                    "content": f"  anchor_weight: {v}"}, "Edited")
+    d = drops(t(g(rm(0.05), "Keep the anchor weight at or below 0.05."), rm(0.2)), "violate_instruction")
+    assert list(d) == [1]
+
+
+def test_a_count_written_before_the_directive_breaks_it_at_the_training_run_on_that_data():
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    gen = bg("python scripts/rewrite.py --input a --output outputs/sft.jsonl --model m", "gen")
+    read = st("get_session_output", {"session_id": "gen"},
+              "$ python scripts/rewrite.py --input a --output outputs/sft.jsonl\nwrote 131842 pairs\n[session 'gen': finished, exit code 0]")
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    d = drops(t(gen, g(read, "For this round train on 100k pairs max."), train), "violate_instruction")
+    assert list(d) == [2] and "131,842 pairs" in d[2]
+    small = st("get_session_output", {"session_id": "gen"}, "$ python scripts/rewrite.py\nwrote 90000 pairs\n[session 'gen': finished, exit code 0]")
+    assert drops(t(gen, g(small, "For this round train on 100k pairs max."), train), "violate_instruction") == {}
+
+
+def test_a_read_task_module_rewritten_in_full_is_an_edit_and_an_eval_after_a_missing_output_is_not_wasted():
+    shown = st("open_file", {"path": "src/train_loss.py"}, "[src/train_loss.py: lines 1-3 of 3]\n1: def loss(x):\n2:     return x\n3: ")
+    code = "import torch\n\ndef loss(logits, labels):\n    return torch.nn.functional.cross_entropy(logits, labels)\n"
+    full = st("create_file", {"path": "src/train_loss.py", "content": code}, f"Overwrote src/train_loss.py ({len(code)} characters).")
+    assert drops(t(shown, full), "ignore_script") == {}
+    unread = st("create_file", {"path": "outputs/my_train.py", "content": "import torch\n# my own trainer\n" + code},
+                "Created outputs/my_train.py (120 characters).")
+    assert drops(t(shown, full, unread), "ignore_script").keys() <= {2}  # (judged by what it does, not by this rule)
+    early = st("eval", {}, "Evaluation 1/3: outputs/ckpt/final/ not found: overall_score=0")
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    done = idle("train")
+    later = ev("Evaluation 2/3: overall_score=58")
+    d = drops(t(train, done, early, later), "improper_eval")
+    assert 3 not in d  # the output exists now: not "nothing changed since the eval"

@@ -163,9 +163,13 @@ def register(name: str, category: str | None = None, *, judge_tools: Iterable[st
 
 
 def get_detectors(names: Iterable[str] | None = None) -> list[Detector]:
-    """Detectors by name, in the given order (default: all, in registry order)."""
+    """Detectors by name, in the given order (default: all, ``violate_instruction`` first, then registry
+    order). The order is the precedence among rule drops: a breach of a human's explicit directive is the
+    most specific reason a step can have (the eval that breaks "ONE more eval" is also a wasted eval, the
+    edit of a config after "don't touch the config" may also be blind), and every research set's labelers
+    name it first."""
     if names is None:
-        return list(DETECTORS.values())
+        return sorted(DETECTORS.values(), key=lambda d: d.category != "violate_instruction")
     out = []
     for n in names:
         if n not in DETECTORS:
@@ -435,6 +439,9 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             continue
         if f.tools[i] == "create_file" and isinstance(f.args[i].get("content"), str):
             path = norm_path(f.args[i].get("path"))
+            if f.obs[i].startswith("Overwrote") and path not in f.scripts and not f.is_output(path) \
+                    and any(path in f.viewed_paths(j) for j in range(i)):
+                continue  # rewrites, in full, a task file it has read (the module the task says to edit): an edit
             s = own_version_of(f, path, f.args[i]["content"])
             if s:
                 files[path] = s
@@ -1027,7 +1034,9 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if f.ok(i):
             used += 1
             last_eval = i
-            changed = bool(pend)  # a job still running then will change the result when it ends
+            # a job still running then will change the result when it ends; an output that did not exist yet
+            # (a job writing it was not seen running) will exist at the next eval
+            changed = bool(pend) or bool(_EVAL_MISSING_RE.search(f.obs[i]))
     return out
 
 
