@@ -634,3 +634,36 @@ def test_a_read_task_module_rewritten_in_full_is_an_edit_and_an_eval_after_a_mis
     later = ev("Evaluation 2/3: overall_score=58")
     d = drops(t(train, done, early, later), "improper_eval")
     assert 3 not in d  # the output exists now: not "nothing changed since the eval"
+
+
+def test_round_6_key_value_sides_stays_a_total_a_flag_without_value_a_stem_and_a_first_run_scope():
+    def kinds(text):
+        return [(d.kind, d.target, d.values.get("op"), d.values.get("v")) for d in extract(text)]
+
+    assert ("bound", "k", "ge", "8") in kinds("Use k=8 completions per step, not fewer.")
+    assert ("bound", "n", "le", "4") in kinds("use n=4 or less")
+    assert ("keep", "visible_weight", None, "0") in kinds("visible_weight stays 0")
+    assert ("count", "", "le", "40k") in kinds("you can add neutral now but keep the total at 40k max, not 50k")
+    assert ("flag_on", "--balance", None, None) in kinds("for the selection: use --balance")
+    assert all(k[0] != "forbid_noun" for k in kinds("dont change max_len or the batch"))  # max_len is a key, not a noun
+
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    mc = lambda k: run(f"python scripts/rewrite.py --input a --output outputs/r.jsonl --model m --k {k}")  # noqa: E731
+    d = drops(t(g(mc(8), "Use k=8 completions per step, not fewer."), mc(16), mc(4)), "violate_instruction")
+    assert list(d) == [2]
+    sel = lambda extra: run(f"python scripts/verify_answers.py --input a --output outputs/v.jsonl{extra}")  # noqa: E731
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/verify_answers.py": SCRIPTS["scripts/verify_answers.py"]
+                                                 + " [--balance]"}})
+    tr = traj(g(sel(" --balance"), "for the selection: use --balance"), sel(""), desc=DESC, facts=facts)
+    assert list(drops(tr, "violate_instruction")) == [1]
+    # a tuple assignment gives each name its own value: MAX_CMDS is 20, as told
+    code = "MAX_CALLS, MAX_CMDS = 12, 20\n"
+    agent = g(st("create_file", {"path": "agent/loop.py", "content": code}, "Created agent/loop.py (29 characters)."),
+              "keep MAX_CALLS=12 and MAX_CMDS=20 exactly as the constraint says")
+    assert drops(t(agent), "violate_instruction") == {}
+    # "for the first run": the value holds until that run is launched
+    cfg = lambda v: st("edit_file", {"path": "configs/train.yaml", "start_line": 9, "end_line": 9,  # noqa: E731
+                                     "content": f"  alpha: {v}"}, "Edited")
+    trn = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    assert drops(t(g(cfg(0.3), "use alpha=0.3 for the first run."), trn, cfg(0.45)), "violate_instruction") == {}
+    assert list(drops(t(g(cfg(0.3), "use alpha=0.3 for every run."), trn, cfg(0.45)), "violate_instruction")) == [2]

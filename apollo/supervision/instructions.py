@@ -168,8 +168,19 @@ _TOPIC_KEYS = {"batch size": r"batch", "batch": r"batch", "kl": r"(?:^|_)kl(?:_|
 _EDIT_VERB = r"(?:chang|edit|modif|touch|overwrit|rewrit|alter|tweak|mess\s+with)\w*"
 FORBID_PRONOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+(?:it|that(?:\s+file)?|this(?:\s+file)?)(?![\w/.-])"
                                r"(?!\s+(?:is|was|works|for|to|one))")
-FORBID_NOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+((?:(?:the|any|your)\s+)?[a-z][a-z-]+"
-                            r"(?:\s*(?:,|\bor\b|\band\b|/)\s*(?:(?:the|any|your)\s+)?[a-z][a-z-]+)*)")
+FORBID_NOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+((?:(?:the|any|your)\s+)?[a-z][a-z-]+(?![\w.])"
+                            r"(?:\s*(?:,|\bor\b|\band\b|/)\s*(?:(?:the|any|your)\s+)?[a-z][a-z-]+(?![\w.]))*)")
+# "Use k=8 completions per step, not fewer": KEY=VALUE with a side after it; "visible_weight stays 0"
+KV_SIDE_RE = re.compile(r"(?<![\w-])([A-Za-z_][\w]*)\s*=\s*(-?\d[\d.]*(?:e-?\d+)?)\b(?=[^.;]*?\b(not\s+(?:fewer|less|lower|below|under|"
+                        r"more|higher|above|over)|or\s+(?:more|higher|fewer|less|lower)|at\s+(?:least|most)|minimum|maximum)\b)")
+KEY_STAYS_RE = re.compile(r"(?<![\w-])([A-Za-z_]\w*_\w+|[A-Z][A-Z0-9_]+)\s+(?:stays|remains|must\s+stay|must\s+remain|should\s+stay)"
+                          r"\s+(?:at\s+)?(-?\d[\d.]*(?:e-?\d+)?)\b(?!\s*(?:%|or\b))")
+# "keep the total at 40k max", "the total stays under 40k": rows of the data, whatever their unit
+TOTAL_MAX_RE = re.compile(rf"(?i)\btotal\s+(?:at\s+|to\s+|under\s+|below\s+)?{_NUM}\s*(?:max(?:imum)?|tops|at\s+most|or\s+(?:fewer|less))\b"
+                          rf"|\btotal\s+(?:at\s+most|under|below|no\s+more\s+than|of\s+at\s+most)\s+{_NUM}")
+# "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
+FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
+                        r"(?<!\bwhen)(?<!\bon)(?<!\bin)(?<!\bto)))")
 _NOUN_STOP = {"it", "this", "that", "anything", "any", "them", "those", "these", "things", "stuff", "file", "files", "code",
               "the", "a", "an", "more", "again", "now", "further", "then", "up", "with", "or", "and", "your", "its",
               "everything", "nothing", "other", "rest", "same", "settings", "setting", "values", "value", "until", "unless",
@@ -190,6 +201,8 @@ EVAL_FINISHED_RE = re.compile(r"(?i)\bno\s+(?:intermediate|partial|mid-?run|earl
 # "train on 100k pairs max", "max 40k examples"
 COUNT_MAX_RE = re.compile(rf"(?i)\b{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\s+(max(?:imum)?|tops|at\s+most)\b"
                           rf"|\bmax(?:imum)?\s+(?:of\s+)?{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b")
+# "use alpha=0.3 for the first run", "for this run": a value for one run, not for the rest of the task
+FIRST_RUN_RE = re.compile(r"(?i)\bfor\s+(?:the\s+first|this|the\s+next|your\s+first)\s+(?:run|attempt|try|training(?:\s+run)?)\b")
 # "Keep the anchor weight at or below 0.05": a bound on the keys the words name
 KEEP_WORDS_BOUND_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}?)\s+(at\s+or\s+(?:below|under|above)|at\s+most|"
                                  rf"at\s+least|below|under|above|no\s+(?:higher|more|lower|less)\s+than)\s+{_NUM}(?!\s*(?:%|{_UNITS}))")
@@ -391,6 +404,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
             out.append(d("wait_before_eval", sid))
         out.extend(_references(sent, text, out, d))
         out.extend(_merge_generic(sent, out))
+        if FIRST_RUN_RE.search(sent):  # "use alpha=0.3 for the first run": until that run has been launched
+            for x in out:
+                if x.text == sent and x.kind in ("keep", "bound", "flag", "set"):
+                    x.values["until_run"] = "1"
     cap = re.search(rf"(?i)\b(?:at\s+most|no\s+more\s+than|up\s+to)\s+{_NUM}", text)
     for x in list(out):
         if x.kind == "no_change" and x.values.get("dir") == "up" and cap and not any(
@@ -433,6 +450,24 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         v, unit = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(5))
         if not any(x.kind == "count" and x.text == sent for x in out):
             res.append(d("count", unit, {"op": "le", "v": v}))
+    for m in KV_SIDE_RE.finditer(sent):
+        side = " ".join(m.group(3).lower().split())
+        lower = any(w in side for w in ("fewer", "less", "lower", "below", "under"))
+        # "not fewer" / "or more" / "at least" / "minimum": >= ; "not more" / "or less" / "at most" / "maximum": <=
+        op = "ge" if (lower if side.startswith("not") else any(w in side for w in ("more", "higher", "least", "minimum"))) \
+            else "le"
+        if not any(x.kind == "bound" and _norm_key(x.target) == _norm_key(m.group(1)) for x in out):
+            out[:] = [x for x in out if not (x.kind in ("keep", "flag") and _norm_key(x.target) == _norm_key(m.group(1)))]
+            res.append(d("bound", m.group(1), {"op": op, "v": m.group(2), "match": "exact"}))
+    for m in KEY_STAYS_RE.finditer(sent):
+        if not any(x.kind in ("keep", "bound") and _norm_key(x.target) == _norm_key(m.group(1)) for x in out + res):
+            res.append(d("keep", m.group(1), {"v": m.group(2)}))
+    m = TOTAL_MAX_RE.search(sent)
+    if m and not any(x.kind == "count" for x in out + res if x.text == sent):
+        res.append(d("count", "", {"op": "le", "v": m.group(1) or m.group(2)}))
+    for m in FLAG_ON_RE.finditer(sent):
+        if not any(x.kind in ("flag", "use_script") and (x.target == m.group(1) or m.group(1) in x.values) for x in out):
+            res.append(d("flag_on", m.group(1)))
     for m in KEEP_WORDS_BOUND_RE.finditer(sent):
         words = [w for w in m.group(1).lower().split() if w not in _NOUN_STOP]
         if not words or any(x.kind in ("bound", "keep") and x.text == sent for x in out):
@@ -444,6 +479,13 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             "lt" if rel in ("below", "under") else "le"
         res.append(d("bound", rx, {"op": op, "v": m.group(3), "match": "regex", "topic": " ".join(words)}))
     return res
+
+
+def _ran_since(f: Facts, start: int, i: int) -> bool:
+    """A provided script was launched (and not refused) between ``start`` and ``i``: the run a directive
+    "for the first run" was about has happened."""
+    return any(f.tools[j] == "run_command" and f.ok(j) and any(r in f.scripts for r in f.script_runs(j))
+               for j in range(start, i))
 
 
 def _noun_files(f: Facts, noun: str, path: str) -> bool:
@@ -517,10 +559,30 @@ def _merge_generic(sent: str, out: list[Directive]) -> list[Directive]:
 def directives(f: Facts) -> list[Directive]:
     """Every directive of the trajectory's delivered guidance, in delivery order."""
     out: list[Directive] = []
+    stems = _script_stems(f)
     for s in f.steps:
         for g in s.guidance:
-            out.extend(extract(g.text, s.index))
+            out.extend(extract(_with_script_paths(g.text, stems), s.index))
     return out
+
+
+def _script_stems(f: Facts) -> dict[str, str]:
+    """Provided scripts by the name a human calls them: ``rep_dev`` → ``scripts/rep_dev.py`` (unique stems only)."""
+    by: dict[str, list[str]] = {}
+    for p in f.scripts:
+        stem = re.sub(r"\.(?:py|sh)$", "", p.rsplit("/", 1)[-1])
+        if len(stem) > 3 and ("_" in stem or "-" in stem):  # (a plain word, "train", is a verb as often as a name)
+            by.setdefault(stem, []).append(p)
+    return {k: v[0] for k, v in by.items() if len(v) == 1}
+
+
+def _with_script_paths(text: str, stems: dict[str, str]) -> str:
+    """The message with each bare stem of a provided script written as its path ("measure it with rep_dev"
+    → "… with scripts/rep_dev.py"), so that the directives about scripts read it as the human meant."""
+    if not stems or not any(k in text for k in stems):
+        return text
+    rx = re.compile(r"(?<![\w/.-])(" + "|".join(re.escape(k) for k in sorted(stems, key=len, reverse=True)) + r")(?![\w/-]|\.\w)")
+    return rx.sub(lambda m: stems[m.group(1)], text)
 
 
 def _written(f: Facts, i: int) -> set[str]:
@@ -571,6 +633,8 @@ def _flags_match(cmd: str, values: dict[str, str]) -> bool:
 
 _ASSIGN_RE = re.compile(r"(?m)(?:^|[\s,(])[\"']?([A-Za-z_][\w.-]*)[\"']?\s*(?::\s*[A-Za-z_][\w\[\]]*\s*=|[=:])\s*"
                         r"[\"']?(-?[\d.]+(?:e-?\d+)?(?:\s*,\s*-?[\d.]+(?:e-?\d+)?)*)(?![\w.])")
+_TUPLE_ASSIGN_RE = re.compile(r"(?m)^[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)+)[ \t]*=[ \t]*"
+                              r"(-?[\d.]+(?:e-?\d+)?(?:[ \t]*,[ \t]*-?[\d.]+(?:e-?\d+)?)+)[ \t]*$")
 _CMD_FLAG_RE = re.compile(r"--([\w-]+)(?:=|\s+)['\"]?(-?[\d.]+(?:e-?\d+)?(?:,-?[\d.]+(?:e-?\d+)?)*)(?![\w.])")
 _COUNT_TOKEN_RE = re.compile(r"(?<![=\w.,/])(\d[\d,]*)(?:/\d[\d,]*)?(?![\w.=])")
 
@@ -583,7 +647,15 @@ def written_values(f: Facts, i: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     if tool in ("create_file", "edit_file"):
         text = f.args[i].get("content")
-        pairs = _ASSIGN_RE.findall(text) if isinstance(text, str) else []
+        pairs = []
+        if isinstance(text, str):
+            if "," in text:  # "MAX_CALLS, MAX_CMDS = 12, 20": each name its value
+                for m in _TUPLE_ASSIGN_RE.finditer(text):
+                    names, vals = re.split(r"\s*,\s*", m.group(1)), re.split(r"\s*,\s*", m.group(2))
+                    if len(names) == len(vals):
+                        pairs.extend(zip(names, vals))
+                text = _TUPLE_ASSIGN_RE.sub("", text)
+            pairs += _ASSIGN_RE.findall(text)
     elif tool == "run_command":
         pairs = [(k.replace("-", "_"), v) for k, v in _CMD_FLAG_RE.findall(f.command(i))]
     else:
@@ -868,6 +940,7 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
             for j, why in _count_breaches(f, d).items():
                 counted.setdefault(j, why)
     attempted: set[int] = set()  # use_script directives whose script ran (whatever its flags)
+    subs: dict[str, int] = {}  # scripts the agent wrote in place of a script it was told to use → that directive
     for i in range(f.n):
         tool = f.tools[i]
         if not f.steps[i].action.valid:
@@ -879,6 +952,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                                                                                        "eval_if", "forbid_noun",
                                                                                        "script_value", "eval_budget")
                                                           or i - d.given_at < window)]
+        if active and any(x.values.get("until_run") for x in active):
+            active = [x for x in active if not (x.values.get("until_run") and _ran_since(f, x.given_at, i))]
         if not active:
             continue
         ok = f.ok(i)
@@ -915,6 +990,9 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                     else:
                         before = _prior_value(f, i, k)
                         new_v = got[-1]
+                        at_given = _prior_value(f, d.given_at, k) if d.kind == "no_touch" else None
+                        if d.kind == "no_touch" and at_given is not None and new_v == at_given:
+                            continue  # puts back the value it had when the human spoke
                         if d.kind == "no_touch" and (new_v != before if before is not None else tool != "run_command"):
                             # (a flag of a command with no earlier value sets a script's own knob, e.g. an
                             # eval's --batch_size: not the settings the human meant)
@@ -944,6 +1022,9 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                     omitted.add(key)  # "revert X … and leave it alone": the revert is the one edit asked for
                 else:
                     reason = f"changed {d.target} although told not to ({d.describe()})"
+            elif d.kind == "flag_on" and tool == "run_command" and ok and d.target not in f.command(i) and (
+                    s_ := next((r for r in f.script_runs(i) if d.target in f.script_docs.get(r, "")), None)):
+                reason = f"ran {s_} without {d.target}, which it was told to use ({d.describe()})"
             elif d.kind == "forbid_noun" and written and not _reverts(f, i) and (
                     hit := next((w for w in sorted(written) if _noun_files(f, d.target, w)), None)):
                 reason = f"changed {hit} although told not to touch the {d.target} ({d.describe()})"
@@ -977,10 +1058,14 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                         reason = f"ran {d.target} with another {fl} than the {v} asked for ({d.describe()})"
                     elif ok and not f.steps[i].observation.exit_code:
                         ran.setdefault(d.target, i)
+                elif d.target not in ran and (sub := next((r for r in sorted(runs) if subs.get(r) == key), None)):
+                    reason = f"ran {sub}, which it wrote instead of {d.target}, which it was told to use ({d.describe()})"
                 elif d.target not in ran and any(f.is_output(p) for p in written) and \
                         not (runs & set(f.scripts) - {d.target}):
                     p = next(p for p in sorted(written) if f.is_output(p))
                     reason = f"wrote {p} without {d.target}, which it was told to use ({d.describe()})"
+                    if tool == "create_file" and p.endswith((".py", ".sh")):
+                        subs[p] = key  # a script written in place of S: its runs break the directive too
                 elif runs and d.target not in ran and key not in done_before and key not in omitted \
                         and key not in attempted and _orders_run(d):
                     # the omission: the first script it runs after "run S" is another one
