@@ -582,6 +582,7 @@ def test_a_pronoun_a_noun_a_script_stem_an_eval_budget_and_a_count_with_max_afte
     assert [k[:2] for k in kinds("good. Don't touch the loss or the config any more.")] == [
         ("forbid_noun", "loss"), ("forbid_noun", "config")]
     assert kinds("Don't touch the batch size.")[0][0] == "no_touch"  # a hyperparameter topic, not a file noun
+    assert all(k[0] != "forbid_noun" for k in kinds("Don't change the learning rate or the weight decay."))
     assert ("script_value", "needle_dev", "32k") in kinds("needle_dev at 32k only from now on please")
     assert ("eval_budget", "", "1") in kinds("Nice. You get ONE more eval after this, make it count.")
     assert ("count", "pairs", "100k") in kinds("For this round train on 100k pairs max.")

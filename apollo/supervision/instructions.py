@@ -432,8 +432,12 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             res.append(d("forbid_write", norm_path(paths[-1])))
     if not have_write and not re.search(_PATH, sent):
         for m in FORBID_NOUN_RE.finditer(sent):
-            for noun in re.split(r"\s*(?:,|\bor\b|\band\b|/)\s*", m.group(1)):
+            nxt = re.match(r"\s+([a-z]+)", sent[m.end():].lower())
+            for k, noun in enumerate(re.split(r"\s*(?:,|\bor\b|\band\b|/)\s*", m.group(1))):
                 w = re.sub(r"(?i)^(?:the|any|your)\s+", "", noun.strip()).lower()
+                last = k == len(re.split(r"\s*(?:,|\bor\b|\band\b|/)\s*", m.group(1))) - 1
+                if last and nxt and _topic_keys(f"{w} {nxt.group(1)}"):
+                    continue  # "the learning rate": a hyperparameter topic (no_touch reads it), not a file noun
                 if w and w not in _NOUN_STOP and not _topic_regex(w) and not _topic_keys(w) and len(w) > 2:
                     res.append(d("forbid_noun", w))
     for m in SCRIPT_VALUE_RE.finditer(sent):
