@@ -1017,14 +1017,15 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             continue  # the environment refused it: a refused_action (rules.yaml), not an eval that ran
         pend = {sid: cmd for sid, cmd in f.blocking_before[i].items() if not _waited_out(f, i, sid, p.eval_wait_s)}
         reason = None
+        missing = _EVAL_MISSING_RE.search(f.obs[i]) if f.ok(i) else None
         if used >= budget or "eval budget exhausted" in f.obs[i]:
             reason = f"eval budget exhausted ({used}/{budget} used)"
         elif pend:
             sid, cmd = next(iter(pend.items()))
             reason = (f"evaluated while the job in session '{sid}' ('{short(cmd, 50)}') was not seen finished "
                       "(no idle session, completion log or output file yet)")
-        elif f.ok(i) and _EVAL_MISSING_RE.search(f.obs[i]):
-            reason = f"evaluated before the output existed ({_EVAL_MISSING_RE.search(f.obs[i]).group(0)})"
+        elif missing:
+            reason = f"evaluated before the output existed ({missing.group(0)})"
         elif not changed and last_eval is None and p.flag_eval_before_change:
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
         elif not changed and last_eval is not None:
@@ -1036,7 +1037,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             last_eval = i
             # a job still running then will change the result when it ends; an output that did not exist yet
             # (a job writing it was not seen running) will exist at the next eval
-            changed = bool(pend) or bool(_EVAL_MISSING_RE.search(f.obs[i]))
+            changed = bool(pend) or bool(missing)
     return out
 
 

@@ -433,10 +433,10 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     if not have_write and not re.search(_PATH, sent):
         for m in FORBID_NOUN_RE.finditer(sent):
             nxt = re.match(r"\s+([a-z]+)", sent[m.end():].lower())
-            for k, noun in enumerate(re.split(r"\s*(?:,|\bor\b|\band\b|/)\s*", m.group(1))):
+            nouns = re.split(r"\s*(?:,|\bor\b|\band\b|/)\s*", m.group(1))
+            for k, noun in enumerate(nouns):
                 w = re.sub(r"(?i)^(?:the|any|your)\s+", "", noun.strip()).lower()
-                last = k == len(re.split(r"\s*(?:,|\bor\b|\band\b|/)\s*", m.group(1))) - 1
-                if last and nxt and _topic_keys(f"{w} {nxt.group(1)}"):
+                if k == len(nouns) - 1 and nxt and _topic_keys(f"{w} {nxt.group(1)}"):
                     continue  # "the learning rate": a hyperparameter topic (no_touch reads it), not a file noun
                 if w and w not in _NOUN_STOP and not _topic_regex(w) and not _topic_keys(w) and len(w) > 2:
                     res.append(d("forbid_noun", w))
