@@ -151,9 +151,9 @@ def test_slot_forward_matches_the_models_own_forward(model_dir):
         assert torch.allclose(got[0], model(seqs[2]).logits[0, -1], atol=1e-4)
 
 
-def test_slot_forward_with_bf16_weights_keeps_fp32_buffers(model_dir):
-    """bf16 weights (``evaluate.dtype: bfloat16``): on CPU the key/value buffers and the attention stay
-    fp32, and the logits follow the model's own bf16 forward within bf16 rounding."""
+def test_slot_forward_with_bf16_weights_keeps_bf16_buffers(model_dir):
+    """bf16 weights (``evaluate.dtype: bfloat16``): the key/value buffers are bf16 (the projections'
+    own outputs), the logits come back fp32 and follow the model's own bf16 forward within bf16 rounding."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -166,7 +166,7 @@ def test_slot_forward_with_bf16_weights_keeps_fp32_buffers(model_dir):
     with torch.no_grad():
         assert [kv.take(), kv.take()] == [0, 1]
         got = kv.forward([(s, 0, seqs[s][0, :-1].tolist()) for s in (0, 1)])
-        assert kv.keys[0].dtype == torch.float32 and kv.kv_dtype == torch.float32 and got.dtype == torch.float32
+        assert kv.keys[0].dtype == torch.bfloat16 and kv.kv_dtype == torch.bfloat16 and got.dtype == torch.float32
         for _ in range(6):
             got = kv.forward([(s, seqs[s].shape[1] - 1, [int(seqs[s][0, -1])]) for s in (0, 1)])
             assert got.dtype == torch.float32

@@ -22,7 +22,8 @@ import torch
 from apollo.config import resolve_dtype
 from apollo.data.tokenize import tokenize_prompt
 from apollo.engines.base import Generation, LocalEngine
-from apollo.engines.hf_batch import DecodeBatcher, DecodeRequest, cache_of, kv_of, sample_token, slot_decode_supported
+from apollo.engines.hf_batch import (DecodeBatcher, DecodeRequest, cache_of, kv_of, sample_token, slot_decode_supported,
+                                     speculative_accept)
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +37,14 @@ class HFEngine(LocalEngine):
     concurrent calls together (:mod:`apollo.engines.hf_batch`, continuous batching with chunked
     prefill; there the prefix cache is the batcher's parked rows, ``prefix_cache_tokens > 0`` turns it
     on; 1: each call runs its own decode loop in its caller's thread); ``decode_threads``: the batching thread's
-    torch intra-op threads."""
+    torch intra-op threads; ``speculate``: prompt-lookup draft tokens per decode step of the batcher (0: off;
+    the tokens keep the sampling distribution exactly, :func:`~apollo.engines.hf_batch.speculative_accept`)."""
 
     name = "hf"
 
     def _load(self, max_context: int | None, *, dtype: str = "float32", device: str | None = None,
               model: Any = None, tokenizer: Any = None, prefix_cache_tokens: int = 0, max_batch: int = 1,
-              decode_threads: int = 1) -> None:
+              decode_threads: int = 1, speculate: int = 0) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.prefix_cache = PrefixKVCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
@@ -70,7 +72,8 @@ class HFEngine(LocalEngine):
         elif int(max_batch) > 1:
             self.batcher = DecodeBatcher(self.model, max_batch=int(max_batch), eos_ids=self.eos_ids,
                                          sample=self._sample, device=self.device, threads=decode_threads,
-                                         max_len=self.max_context, reuse_prefix=self.prefix_cache is not None)
+                                         max_len=self.max_context, reuse_prefix=self.prefix_cache is not None,
+                                         speculate=int(speculate), accept=self._accept)
 
     def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         return tokenize_prompt(self.tokenizer, messages)
@@ -149,6 +152,10 @@ class HFEngine(LocalEngine):
     def _sample(self, logits: torch.Tensor, rng: torch.Generator) -> tuple[int, float, float]:
         """One token from next-token ``logits`` under the engine's temperature and top-p."""
         return sample_token(logits, rng, self.temperature, self.top_p)
+
+    def _accept(self, logits: torch.Tensor, draft: list[int], rng: torch.Generator) -> list[tuple[int, float, float]]:
+        """Speculative verification of ``draft`` under the engine's temperature and top-p."""
+        return speculative_accept(logits, draft, rng, self.temperature, self.top_p)
 
     def _prefill(self, ids: list[int]) -> tuple[int, torch.Tensor, list]:
         """Run the input (what the prefix cache does not cover): (cached tokens, last logits, KV)."""

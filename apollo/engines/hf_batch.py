@@ -46,19 +46,100 @@ import torch
 log = logging.getLogger(__name__)
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, kv heads, length, head dim]
 SLOT_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+SHORT_SEGMENT = 16  # segments up to this many tokens attend in one batched matmul (SlotKV.forward)
+
+
+def target_logprobs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """Log-probabilities of the distribution a token is sampled from: ``logits`` under ``temperature``
+    (0: the untempered distribution, sampled greedily) and nucleus ``top_p``."""
+    sample = temperature > 0
+    lp = torch.log_softmax(logits.float() / temperature if sample else logits.float(), dim=-1)
+    if sample and top_p < 1.0:
+        lp = top_p_filter(lp, top_p)
+    return lp
+
+
+def _entropy(lp: torch.Tensor, p: torch.Tensor) -> float:
+    return float(-(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum())
 
 
 def sample_token(logits: torch.Tensor, rng: torch.Generator, temperature: float,
                  top_p: float = 1.0) -> tuple[int, float, float]:
     """One token from next-token ``logits``: (id, its logprob, the entropy of the distribution sampled
     from), under ``temperature`` (0: greedy) and nucleus ``top_p``; draws from ``rng`` only."""
-    sample = temperature > 0
-    lp = torch.log_softmax(logits.float() / temperature if sample else logits.float(), dim=-1)
-    if sample and top_p < 1.0:
-        lp = top_p_filter(lp, top_p)
+    lp = target_logprobs(logits, temperature, top_p)
     p = lp.exp()
-    tok = int(torch.multinomial(p, 1, generator=rng)) if sample else int(torch.argmax(lp))
-    return tok, float(lp[tok]), float(-(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum())
+    tok = int(torch.multinomial(p, 1, generator=rng)) if temperature > 0 else int(torch.argmax(lp))
+    return tok, float(lp[tok]), _entropy(lp, p)
+
+
+def speculative_accept(logits: torch.Tensor, draft: list[int], rng: torch.Generator, temperature: float,
+                       top_p: float = 1.0) -> list[tuple[int, float, float]]:
+    """Verify ``draft`` (k proposed tokens) against the model's next-token ``logits`` at the k + 1
+    positions that fed the last sampled token and the draft: ``logits[i]`` is the distribution of the
+    token after draft ``i - 1``. Returns the tokens emitted, each ``(id, logprob, entropy)`` under the
+    target distribution (:func:`target_logprobs`): the accepted drafts, then one more token (the
+    correction where a draft was rejected, else a token sampled after the whole draft).
+
+    Speculative sampling with a deterministic draft (prob. 1 on the proposed token; Leviathan et al.
+    2023, Chen et al. 2023): draft ``d`` is accepted with probability ``p(d)``; on rejection the
+    token is drawn from ``p`` without ``d``, renormalized. Every emitted token is then distributed
+    exactly as plain sampling from ``p`` would draw it (greedy: accepted iff it is the argmax), so
+    the logprobs are the policy's, as RL ratios need; only the random stream differs from
+    :func:`sample_token`'s. Draws from ``rng`` only."""
+    if logits.shape[0] != len(draft) + 1:
+        raise ValueError(f"{len(draft)} draft tokens need {len(draft) + 1} rows of logits, got {logits.shape[0]}")
+    out: list[tuple[int, float, float]] = []
+    for i, d in enumerate(draft):
+        lp = target_logprobs(logits[i], temperature, top_p)
+        p = lp.exp()
+        ent = _entropy(lp, p)
+        if temperature <= 0:
+            tok = int(torch.argmax(lp))
+            out.append((tok, float(lp[tok]), ent))
+            if tok != d:
+                return out
+            continue
+        if float(torch.rand((), generator=rng)) < float(p[d]):
+            out.append((d, float(lp[d]), ent))
+            continue
+        rest = p.clone()
+        rest[d] = 0.0  # u >= p(d) with u < 1, so p(d) < 1 and something else has mass
+        tok = int(torch.multinomial(rest, 1, generator=rng))
+        out.append((tok, float(lp[tok]), ent))
+        return out
+    out.append(sample_token(logits[len(draft)], rng, temperature, top_p))
+    return out
+
+
+class NgramDrafter:
+    """Prompt-lookup drafts (vLLM's ``ngram`` speculator, transformers' ``prompt_lookup_num_tokens``):
+    the tokens that followed the latest earlier occurrence of the sequence's last ``n`` tokens, the
+    longest ``n <= max_n`` that occurred before. An agent's turn copies much of its context (the tool
+    call format, paths, commands it ran, the text it wrote last turn), so these drafts are often right.
+    ``extend`` appends tokens (O(max_n) each); ``propose(k)`` is a dictionary lookup."""
+
+    def __init__(self, tokens: list[int] = (), max_n: int = 3):
+        self.max_n = int(max_n)
+        self.seq: list[int] = []
+        self._next: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.max_n)]  # [n-1]: n-gram -> next position
+        self.extend(tokens)
+
+    def extend(self, tokens) -> None:
+        seq, maps = self.seq, self._next
+        for t in tokens:
+            p = len(seq)
+            for n in range(1, min(self.max_n, p) + 1):  # the n-gram ending at p - 1 is followed by position p
+                maps[n - 1][tuple(seq[p - n:p])] = p
+            seq.append(int(t))
+
+    def propose(self, k: int) -> list[int]:
+        seq = self.seq
+        for n in range(min(self.max_n, len(seq)), 0, -1):
+            pos = self._next[n - 1].get(tuple(seq[-n:]))
+            if pos is not None:
+                return seq[pos:pos + k]
+        return []
 
 
 def top_p_filter(lp: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -86,6 +167,7 @@ class DecodeRequest:
     done: threading.Event = field(default_factory=threading.Event)
     slot: int = -1             # its row of the batch's SlotKV while running
     length: int = 0            # tokens its row covers
+    drafter: NgramDrafter | None = None  # with speculation: its ids and new tokens, for drafts
 
 
 def slot_decode_supported(model: torch.nn.Module) -> bool:
@@ -122,13 +204,20 @@ class DecodeBatcher:
     the longest sequence (input and output) a request can reach; the rows grow to it on demand.
     ``chunk_tokens``: the most input tokens prefilled per forward (all requests together).
     ``reuse_prefix``/``park_slots``: keep finished rows for the next turns (module docstring).
+    ``speculate``: draft tokens per decode step (0: off): each decoding request feeds its last token
+    and up to ``speculate`` prompt-lookup drafts (:class:`NgramDrafter`) in one forward, and
+    ``accept(logits, draft, rng)`` (:func:`speculative_accept` under the engine's sampling rule) keeps
+    the right ones and adds one more token. On CPU a forward costs mostly the reading of the weights
+    and of each row's keys and values, so verifying k tokens costs about what one does: the turn's
+    tokens come in fewer forwards. ``drafted``/``accepted`` count the drafts fed and kept.
     A request that cannot fit ``max_len`` fails alone, before it joins a forward.
     """
 
     def __init__(self, model: torch.nn.Module, *, max_batch: int, eos_ids: list[int],
                  sample: Callable[[torch.Tensor, torch.Generator], tuple[int, float, float]],
                  device: str = "cpu", threads: int = 1, max_len: int | None = None, chunk_tokens: int = 512,
-                 reuse_prefix: bool = False, park_slots: int | None = None):
+                 reuse_prefix: bool = False, park_slots: int | None = None, speculate: int = 0,
+                 accept: Callable[[torch.Tensor, list[int], torch.Generator], list[tuple[int, float, float]]] | None = None):
         if not slot_decode_supported(model):
             raise ValueError(f"continuous batching drives {SLOT_MODEL_TYPES} models (full attention); "
                              f"{getattr(model.config, 'model_type', type(model).__name__)}: use max_batch 1")
@@ -137,6 +226,9 @@ class DecodeBatcher:
         self.model, self.max_batch, self.eos = model, int(max_batch), set(eos_ids)
         self._sample, self.device, self.threads = sample, device, int(threads)
         self.chunk_tokens, self.reuse_prefix = int(chunk_tokens), bool(reuse_prefix)
+        if int(speculate) < 0 or (int(speculate) > 0 and accept is None):
+            raise ValueError(f"speculate must be >= 0 and needs an accept rule, got {speculate}")
+        self.speculate, self._accept = int(speculate), accept
         parked = (max(2, self.max_batch // 2) if park_slots is None else int(park_slots)) if self.reuse_prefix else 0
         self.slots = SlotKV(model, self.max_batch + parked, device,
                             int(max_len or getattr(model.config, "max_position_embeddings", 4096)))
@@ -148,6 +240,8 @@ class DecodeBatcher:
         self.rows = 0          # decode tokens computed by them (rows / forwards = mean decode batch)
         self.prefilled = 0     # input tokens prefilled
         self.copied = 0        # input tokens copied from a parked row instead of prefilled
+        self.drafted = 0       # draft tokens fed (speculate > 0)
+        self.accepted = 0      # of them, kept
 
     def submit(self, req: DecodeRequest) -> DecodeRequest:
         with self._cond:
@@ -194,6 +288,8 @@ class DecodeBatcher:
                     raise
                 self.copied += best_n
         r.reused = r.length = best_n
+        if self.speculate:
+            r.drafter = NgramDrafter(r.ids)
 
     def _take_row(self) -> int:
         if not self.slots.has_free():
@@ -237,36 +333,55 @@ class DecodeBatcher:
                 active = []
 
     def _step(self, active: list[DecodeRequest]) -> list[DecodeRequest]:
-        """One forward: a token of every decoding request, input chunks of the prefilling ones."""
+        """One forward: a token of every decoding request (and its drafts), input chunks of the prefilling ones."""
         segs: list[tuple[DecodeRequest, list[int]]] = []
         budget = self.chunk_tokens
         for r in active:
-            if r.new:  # decoding: feed the last sampled token
-                segs.append((r, [r.new[-1]]))
+            if r.new:  # decoding: feed the last sampled token, and drafts of what follows it
+                room = min(self.speculate, r.limit - len(r.new) - 1)
+                draft = r.drafter.propose(room) if room > 0 and r.drafter is not None else []
+                segs.append((r, [r.new[-1]] + draft))
             elif budget > 0:
                 chunk = r.ids[r.length:r.length + budget]
                 budget -= len(chunk)
                 segs.append((r, chunk))
-        logits = self.slots.forward([(r.slot, r.length, toks) for r, toks in segs])
+        outs = [len(toks) if r.new else 1 for r, toks in segs]
+        logits = self.slots.forward([(r.slot, r.length, toks) for r, toks in segs], outputs=outs)
         n_dec = sum(1 for r, _ in segs if r.new)
         if n_dec:
             self.forwards += 1
             self.rows += n_dec
         finished: set[int] = set()
-        for i, (r, toks) in enumerate(segs):
-            decoding = bool(r.new)
-            r.length += len(toks)
-            if not decoding:
+        row = 0
+        for (r, toks), n_out in zip(segs, outs, strict=True):
+            seg_logits, row = logits[row:row + n_out], row + n_out
+            if not r.new:  # prefilling
+                r.length += len(toks)
                 self.prefilled += len(toks)
                 if r.length < len(r.ids):
                     continue  # more input to prefill
-            tok, lp, ent = self._sample(logits[i], r.rng)
-            r.new.append(tok)
-            r.logprobs.append(lp)
-            r.entropies.append(ent)
-            if tok in self.eos or len(r.new) >= r.limit:
+                emitted = [self._sample(seg_logits[0], r.rng)]
+            elif len(toks) > 1:
+                emitted = self._accept(seg_logits, toks[1:], r.rng)
+                self.drafted += len(toks) - 1
+                self.accepted += len(emitted) - 1
+            else:
+                emitted = [self._sample(seg_logits[0], r.rng)]
+            done = False
+            for tok, lp, ent in emitted:
+                r.new.append(tok)
+                r.logprobs.append(lp)
+                r.entropies.append(ent)
+                if tok in self.eos or len(r.new) >= r.limit:
+                    done = True
+                    break
+            if r.drafter is not None and not done:
+                r.drafter.extend(r.new[len(r.drafter.seq) - len(r.ids):])
+            # the row covers ids + new[:-1]: the fed last token and the drafts kept before the newest token
+            r.length = len(r.ids) + len(r.new) - 1
+            if done:
                 finished.add(id(r))
-                self._retire(r)  # its row covers ids + new[:-1] (r.length tokens)
+                self._retire(r)
         return [r for r in active if id(r) not in finished]
 
 
@@ -288,10 +403,11 @@ class SlotKV:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
         self.layers = list(model.model.layers)
         self.dtype = next(model.parameters()).dtype
-        # the buffers and the attention in fp32 on CPU whatever the weights' dtype: bf16 batched matmuls of
-        # this shape (a query group x thousands of columns) are slower there (10 rows x 2,000 columns, one
-        # layer: 5.1 ms in bf16, 3.2 ms in fp32, 2 cores), while bf16 projections are ~2x faster than fp32
-        self.kv_dtype = torch.float32 if torch.device(device).type == "cpu" else self.dtype
+        # the buffers in the weights' dtype: the keys and values are the projections' outputs, so bf16 buffers
+        # lose nothing, and the attention (scaled_dot_product_attention, fp32 accumulation) reads half the
+        # bytes. Measured on 2 AMX cores (SmolLM2-135M, 8 rows x 2,000 columns, a decode forward): 84 ms with
+        # bf16 buffers, 99 ms with fp32 ones; 8 concurrent turns of a ~1,500-token context 11.1 s against 13.3 s
+        self.kv_dtype = self.dtype
         attn = self.layers[0].self_attn
         self._rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         self.keys: list[torch.Tensor] = []
@@ -331,23 +447,30 @@ class SlotKV:
             vb[dst, :, :length] = vb[src, :, :length]
 
     @torch.no_grad()
-    def forward(self, segments: list[tuple[int, int, list[int]]]) -> torch.Tensor:
+    def forward(self, segments: list[tuple[int, int, list[int]]], outputs: list[int] | None = None) -> torch.Tensor:
         """Feed each segment ``(slot, start, tokens)``: ``tokens`` at positions ``start, start+1, …`` of
         that row (``start`` = the columns the row already covers); write their keys and values; return
-        the next-token logits after each segment's last token, ``[len(segments), vocab]`` (float32).
+        the next-token logits after each segment's last token, ``[len(segments), vocab]`` (float32) —
+        or, with ``outputs``, after each segment's last ``outputs[i]`` tokens, in segment order
+        (``[sum(outputs), vocab]``: a speculative step's draft verification).
 
-        One-token segments (decoding) attend together over rows ``0 … max(their slots)`` and columns
-        ``0 … max(their positions)``: rows in that range that are not decoding compute a dummy query
-        and are discarded. A longer segment (prefill) attends causally over its own row."""
+        Short segments (decoding: one token, or a token and its drafts; at most :data:`SHORT_SEGMENT`
+        tokens) attend together, as one batched matmul over rows ``0 … max(their slots)`` and columns
+        ``0 … their furthest position``, each query masked to its own row's causal columns: rows in that
+        range that are not in a short segment compute dummy queries, discarded. A longer segment (a
+        prefill chunk) attends causally over its own row."""
         if not segments:
             raise ValueError("forward of no segments")
+        if outputs is not None and (len(outputs) != len(segments)
+                                    or any(not 1 <= o <= len(t) for o, (_, _, t) in zip(outputs, segments))):
+            raise ValueError(f"outputs {outputs}: one count per segment, each 1 … its length")
         need = max(start + len(toks) for _, start, toks in segments)
         if need > self.capacity:
             self._grow(need)
         dev, H, KVH, D = self.device, self.heads, self.kv_heads, self.head_dim
         G = H // KVH
         flat_tok, flat_slot, flat_pos, last = [], [], [], []
-        dec_i, dec_slot, dec_pos, pre = [], [], [], []  # decode token indices; prefill (slot, start, offset, L)
+        dec_i, dec_slot, dec_j, dec_start, pre = [], [], [], {}, []  # short segments' tokens; prefill (slot, start, offset, L)
         for slot, start, toks in segments:
             if not toks:
                 raise ValueError(f"an empty segment for slot {slot}")
@@ -355,11 +478,13 @@ class SlotKV:
             flat_tok += toks
             flat_slot += [slot] * len(toks)
             flat_pos += range(start, start + len(toks))
-            last.append(off + len(toks) - 1)
-            if len(toks) == 1:
-                dec_i.append(off)
-                dec_slot.append(slot)
-                dec_pos.append(start)
+            n_out = 1 if outputs is None else outputs[len(last)]
+            last.append(range(off + len(toks) - n_out, off + len(toks)))
+            if len(toks) <= SHORT_SEGMENT:
+                dec_i += range(off, off + len(toks))
+                dec_slot += [slot] * len(toks)
+                dec_j += range(len(toks))
+                dec_start[slot] = start
             else:
                 pre.append((slot, start, off, len(toks)))
         T = len(flat_tok)
@@ -367,15 +492,17 @@ class SlotKV:
         pos = torch.tensor(flat_pos, device=dev)
         slots_t = torch.tensor(flat_slot, device=dev)
         if dec_i:
-            n = max(dec_slot) + 1
-            width = max(dec_pos) + 1
+            n, S = max(dec_slot) + 1, max(dec_j) + 1
+            width = max(dec_start[s] + j for s, j in zip(dec_slot, dec_j)) + 1
             d_idx = torch.tensor(dec_i, device=dev)
             d_rows = torch.tensor(dec_slot, device=dev)
-            row_pos = torch.zeros(n, dtype=torch.long, device=dev)  # other rows: column 0 only (a dummy)
-            row_pos[d_rows] = torch.tensor(dec_pos, device=dev)
-            keep = torch.arange(width, device=dev)[None, :] <= row_pos[:, None]  # [n, width]
-            dec_bias = torch.zeros(n, 1, 1, width, dtype=self.kv_dtype, device=dev).masked_fill(
-                ~keep[:, None, None, :], float("-inf"))
+            d_j = torch.tensor(dec_j, device=dev)
+            row_start = torch.zeros(n, dtype=torch.long, device=dev)  # other rows: dummy queries
+            row_start[torch.tensor(list(dec_start), device=dev)] = torch.tensor(list(dec_start.values()), device=dev)
+            # query j of row b sees columns 0 … start_b + j
+            keep = torch.arange(width, device=dev)[None, None, :] <= (row_start[:, None] + torch.arange(S, device=dev))[:, :, None]
+            dec_bias = torch.zeros(n, 1, 1, S, width, dtype=self.kv_dtype, device=dev).masked_fill(
+                ~keep[:, None, None], float("-inf")).expand(n, 1, G, S, width).reshape(n, 1, G * S, width)
         pre_masks = [torch.arange(start + L, device=dev)[None, :] <= torch.arange(start, start + L, device=dev)[:, None]
                      for _, start, _, L in pre]
         m = self.model.model
@@ -395,12 +522,15 @@ class SlotKV:
             q = q[0].transpose(0, 1).to(self.kv_dtype)  # [T, H, D]
             out = torch.empty(T, H, D, dtype=self.kv_dtype, device=dev)
             if dec_i:
-                # grouped-query attention of one query token: heads h = g·G + j share kv head g
-                qd = torch.zeros(n, KVH, G, D, dtype=self.kv_dtype, device=dev)
-                qd[d_rows] = q[d_idx].reshape(-1, KVH, G, D)
-                s = torch.matmul(qd, kb[:n, :, :width].transpose(-1, -2)) * a.scaling + dec_bias  # [n, KVH, G, width]
-                o = torch.matmul(torch.softmax(s, dim=-1), vb[:n, :, :width])
-                out[d_idx] = o[d_rows].reshape(-1, H, D)
+                # grouped-query attention of the short segments' queries: heads h = g·G + i share kv head g;
+                # per row the G·S queries of a kv head in one matmul
+                qd = torch.zeros(n, S, H, D, dtype=self.kv_dtype, device=dev)
+                qd[d_rows, d_j] = q[d_idx]
+                qd = qd.view(n, S, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(n, KVH, G * S, D)
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    qd, kb[:n, :, :width], vb[:n, :, :width], attn_mask=dec_bias, scale=a.scaling)  # [n, KVH, G·S, D]
+                o = o.view(n, KVH, G, S, D).permute(0, 3, 1, 2, 4).reshape(n, S, H, D)
+                out[d_idx] = o[d_rows, d_j]
             for (slot, start, off, L), mask in zip(pre, pre_masks, strict=True):
                 qs = q[off:off + L].transpose(0, 1)[None]  # [1, H, L, D]
                 o = torch.nn.functional.scaled_dot_product_attention(
@@ -409,7 +539,7 @@ class SlotKV:
                 out[off:off + L] = o[0].transpose(0, 1)
             x = x + a.o_proj(out.reshape(1, T, H * D).to(self.dtype))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        x = m.norm(x[:, torch.tensor(last, device=dev)])  # only each segment's last token needs logits
+        x = m.norm(x[:, torch.tensor([i for r in last for i in r], device=dev)])  # only these need logits
         return self.model.lm_head(x)[0].float()
 
 

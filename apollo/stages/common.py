@@ -107,6 +107,7 @@ def engine_kwargs(p: dict[str, Any]) -> dict[str, Any]:
         kw["max_batch"] = int(p.get("max_batch", 1))
         kw["prefix_cache_tokens"] = int(p.get("prefix_cache_tokens", 0))
         kw["decode_threads"] = int(p.get("decode_threads", 1))  # the batching thread's torch threads
+        kw["speculate"] = int(p.get("speculate", 0))  # prompt-lookup draft tokens per decode step (0: off)
         kw["dtype"] = str(p.get("dtype", "float32"))  # the weights' dtype (bfloat16: ~2x on CPUs with avx512_bf16)
     return kw
 
