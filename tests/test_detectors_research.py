@@ -299,6 +299,29 @@ def test_usage_lines_as_tasks_write_them_tables_dashes_and_usage_parentheses():
     assert not CPU_DOC_RE.search("- `scripts/train.sh DATA OUT`: ZeRO-3 with CPU offload, `torchrun --nproc_per_node 8`.")
 
 
+# ------------------------------------- session 46 (the dev split of blind_research5: task_147's usage block)
+def test_a_usage_block_without_backticks_and_its_comment_lines():
+    from apollo.supervision.facts import signature
+
+    block = ("python scripts/sample_solutions.py --problems data/p.jsonl --n_per 8 --out FILE [--dp 8] "
+             "# samples solutions with the policy (vLLM, batched)")
+    assert signature(block).flags == (("--problems", "data/p.jsonl"), ("--n_per", "8"), ("--out", "FILE"), ("--dp", "8"))
+    assert signature("bash scripts/train_prm.sh DATA OUT # trains the PRM on 8 GPUs").positional == ("DATA", "OUT")
+    assert signature("CUDA_VISIBLE_DEVICES=0 torchrun --nproc_per_node 8 scripts/t.py --cfg C").flags == (("--cfg", "C"),)
+    # prose that names a script shows no usage; nor does "path (python path …): what it does"
+    assert signature("Run scripts/score.py to score the predictions.") is None
+    assert signature("scripts/chart_dev.py (python scripts/chart_dev.py --ckpt DIR): accuracy") is None
+    assert signature("scripts/train.py --data FILE: prints the accuracy") is None  # no launcher: prose, not a usage line
+    facts = FACTS.model_copy(update={"scripts": {"scripts/sample.py": block.replace("sample_solutions", "sample"),
+                                                 "scripts/split.py": "python scripts/split.py --in F --out F # steps (CPU)"}})
+    sample = bg("python scripts/sample.py --problems data/p.jsonl --n_per 8 --out outputs/s.jsonl", "gen")
+    assert drops(traj(sample, desc=DESC, facts=facts), "resource_waste") == {}  # --dp 8 by default: every GPU
+    one = bg("python scripts/sample.py --problems data/p.jsonl --n_per 8 --out outputs/s.jsonl --dp 1", "gen")
+    assert "on 1 GPU(s)" in drops(traj(one, desc=DESC, facts=facts), "resource_waste")[0]
+    split = bg("python scripts/split.py --in outputs/s.jsonl --out outputs/t.jsonl", "split")
+    assert drops(traj(split, desc=DESC, facts=facts), "resource_waste") == {}  # a CPU tool
+
+
 def test_gpu_counts_a_script_line_states_replicas_tensor_parallel_and_per_gpu():
     scripts = {**SCRIPTS,
                "scripts/repair_dev.py": "- `scripts/repair_dev.py` — dev check. `python scripts/repair_dev.py --ckpt DIR "

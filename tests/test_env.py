@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from apollo.env import Workspace, evaluate_workspace, load_task
-from apollo.env.tasks import TaskSpec
+from apollo.env.tasks import TaskSpec, provided_scripts
 
 
 @pytest.fixture
@@ -223,3 +223,21 @@ def test_close_kills_processes_left_in_background(df_task: TaskSpec, tmp_path: P
 def test_huge_output_is_capped(ws: Workspace) -> None:
     obs = ws.call("run_command", {"command": "python -c \"print('y' * 3_000_000)\""}, 0).observation
     assert obs.truncated and len(obs.text) <= ws.max_output_chars + 100 and obs.exit_code == 0
+
+
+def test_provided_scripts_take_the_comment_and_indented_lines_under_a_usage_line():
+    desc = ("# Task\nDo it.\n\n## Scripts\n"
+            "    python scripts/split.py --in FILE --out FILE\n"
+            "        # splits solutions into steps (CPU)\n"
+            "    bash scripts/train.sh DATA OUT\n"
+            "        # trains on 8 GPUs; see scripts/common.py for the config\n"
+            "- `scripts/score.py --pred FILE`: dev exact match\n"
+            "  and F1, on the CPU\n"
+            "All scripts log to outputs/.\n\n"
+            "    # a comment after a blank line belongs to no script\n\n## Evaluation\nscripts/eval.py is not a script of the section\n")
+    got = provided_scripts(desc)
+    assert list(got) == ["scripts/split.py", "scripts/train.sh", "scripts/score.py"]  # the comment's path is no script
+    assert got["scripts/split.py"].endswith("# splits solutions into steps (CPU)")
+    assert "see scripts/common.py" in got["scripts/train.sh"]
+    assert got["scripts/score.py"].endswith("and F1, on the CPU")  # the indented continuation of a bullet
+    assert "log to" not in " ".join(got.values()) and "blank line" not in " ".join(got.values())

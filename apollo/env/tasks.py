@@ -72,14 +72,23 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     """The scripts a task provides → what its description says of each (``""``: nothing).
 
     The inventory is the workspace's ``scripts/`` folder (``.py``/``.sh``) plus every script the
-    description's *Scripts* section documents; the text is the section line that documents it.
+    description's *Scripts* section documents; the text is the section line that documents it, with
+    the lines that continue it: a ``# comment`` line, or an indented line that names no script, belongs
+    to the script above it (a usage block often says what a script does in comments under it).
     """
     out: dict[str, str] = {}
+    last: str | None = None
     for line in section(description, "Scripts").splitlines():
-        m = _SCRIPT_PATH_RE.search(line)  # the script a usage line documents (later mentions are references)
-        if m:
-            path = os.path.normpath(m.group(1))
-            out[path] = (out.get(path, "") + " " + line.strip()).strip()
+        text = line.strip()
+        if not text:
+            last = None
+            continue
+        m = None if text.startswith("#") else _SCRIPT_PATH_RE.search(line)
+        if m:  # the script a usage line documents (later mentions on the line are references)
+            last = os.path.normpath(m.group(1))
+        elif not (last and (text.startswith("#") or line[:1].isspace())):
+            continue
+        out[last] = (out.get(last, "") + " " + text).strip()
     if workspace is not None and (workspace / "scripts").is_dir():
         for f in sorted((workspace / "scripts").rglob("*")):
             if f.suffix in (".py", ".sh") and f.is_file() and "__pycache__" not in f.parts:

@@ -229,6 +229,8 @@ def redirect_targets(cmd: str) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------- provided scripts' usage
 _USAGE_RE = re.compile(r"`(?:[^`]*?\s)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`]*)?)`")  # `[launcher ] path[ args]`
+_BARE_USAGE_RE = re.compile(r"\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
+                            r"(?:\s+-{1,2}[\w-]+(?:[=\s]\d+)?)*\s+((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`()]*)?)$")
 _OUT_NAME_RE = re.compile(r"^(?:OUT|OUTPUT|OUT_?DIR|OUTPUT_?DIR|SAVE_?DIR|SAVE_?PATH|DEST|DST)$")
 _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-_](?:path|dir)|dst|dest)$")
 # a provided script's line says it runs on the CPU ("CPU; …", "| CPU: …", "— CPU.", "runs on the CPU"), not a
@@ -266,9 +268,11 @@ def signature(doc: str) -> Signature | None:
         if best is None or len(m.group(2).strip()) > len(best.group(2).strip()):
             best = m
     m = best
+    if m is None:  # a usage block without backticks ("    python scripts/x.py --in FILE [--dp 8]", then its comments)
+        m = _BARE_USAGE_RE.match(doc.split(" #", 1)[0]) if doc else None
     if m is None:
         return None
-    toks = [t for t in re.split(r"[\s\[\]]+", m.group(2)) if t]
+    toks = [t for t in re.split(r"[\s\[\]]+", m.group(2) or "") if t]
     pos: list[str] = []
     flags: list[tuple[str, str]] = []
     k = 0
