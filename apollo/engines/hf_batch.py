@@ -15,7 +15,12 @@ to one :class:`DecodeBatcher` thread, which owns the model and schedules every f
   and prefills only what is new, without copying a cache; one that shares a shorter prefix with it
   (a tree-rollout branch, a context window after summarization) gets a copy of those columns in a
   free row. ``park_slots`` rows beyond ``max_batch`` keep parked caches; the least recently parked
-  one is reused first. :meth:`clear` drops them (after a weight update).
+  one is reused first. :meth:`clear` drops them (after a weight update);
+* with ``speculate`` k > 0, a decoding request's segment is its sampled token plus up to k draft
+  tokens that :class:`NgramDrafter` looks up in its own context (prompt lookup: agents repeat paths,
+  commands and values they have read); one forward scores them all and :func:`speculative_accept`
+  keeps the longest prefix that exact speculative sampling accepts, so the sampled distribution is
+  the model's own. Short segments attend in one batched call with a per-row causal mask.
 
 The forward drives the model's own modules (projections, norms, rotary embedding, MLP) layer by
 layer, without transformers' cache and mask machinery: on CPU that machinery (a cache that grows by
