@@ -611,6 +611,11 @@ def test_a_pronoun_a_noun_a_script_stem_an_eval_budget_and_a_count_with_max_afte
     assert ("count", "pairs", "100k") in kinds("For this round train on 100k pairs max.")
     assert kinds("Keep the anchor weight at or below 0.05.")[0][0] == "bound"
     assert kinds("The loss looks fine and the config parses.") == []  # information, not a directive
+    # one verb list for every form: alter/tweak reach paths and folders, delete/replace reach pronouns and nouns
+    assert ("forbid_write", "configs/base.yaml", None) in kinds("Please do not alter configs/base.yaml.")
+    assert ("forbid_write", "data/raw.jsonl", None) in kinds("Heads up: data/raw.jsonl is the only copy. Do not delete it, ever.")
+    assert [k[:2] for k in kinds("good. Don't replace the loss or the config any more.")] == [
+        ("forbid_noun", "loss"), ("forbid_noun", "config")]
 
     g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
     shown = st("open_file", {"path": "configs/distill.yaml"}, "[configs/distill.yaml: lines 1-2 of 2]\n1: kind: kl\n2: lr: 1e-5")

@@ -83,10 +83,12 @@ from apollo.supervision.facts import CP_RE, SED_I_RE, Facts, is_false, norm_path
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
 _SENT_SPLIT = re.compile(r"(?<=[.;!?])\s+(?=[A-Z\"'(])|\n+")
-FORBID_WRITE_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?(?:chang|edit|modif|touch|overwrit|rewrit|writ|delet|remov|replac)\w*"
+# the verbs of a "do not change it" directive, one list for every form (a path, a folder, a pronoun, a noun)
+_EDIT_VERB = r"(?:chang|edit|modif|touch|overwrit|rewrit|alter|tweak|mess\s+with|writ|delet|remov|replac)\w*"
+FORBID_WRITE_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?{_EDIT_VERB}"
                              rf"\s+(?:to\s+|the\s+file\s+)?{_PATH}")
 # "don't edit anything under clean/": every file under the folder
-FORBID_DIR_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?(?:chang|edit|modif|touch|overwrit|rewrit|writ|delet|remov|replac)\w*"
+FORBID_DIR_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?{_EDIT_VERB}"
                            r"\s+(?:anything|any\s+files?|(?:the\s+)?files?)\s+(?:under|in|inside|within)\s+(?:the\s+)?"
                            r"`?((?:[\w.-]+/)*[\w.-]+)/`?(?!\w)")
 FORBID_RUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?(?:run|us|call|execut|launch|start)\w*\s+(?:the\s+)?"
@@ -165,7 +167,6 @@ _TOPIC_KEYS = {"batch size": r"batch", "batch": r"batch", "kl": r"(?:^|_)kl(?:_|
 # References a reader resolves (issue 33, round 5): "agent/prompts.py is shared … Do not edit it" (a pronoun:
 # the message's last path before it), "don't touch the loss or the config any more" (nouns: the task's
 # files that the noun names, resolved on the trajectory by :func:`_noun_files`)
-_EDIT_VERB = r"(?:chang|edit|modif|touch|overwrit|rewrit|alter|tweak|mess\s+with)\w*"
 FORBID_PRONOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+(?:it|that(?:\s+file)?|this(?:\s+file)?)(?![\w/.-])"
                                r"(?!\s+(?:is|was|works|for|to|one))")
 FORBID_NOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+((?:(?:the|any|your)\s+)?[a-z][a-z-]+(?![\w.])"
