@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--advice", choices=["as-written", "exact"], default="as-written",
                     help="exact: a probe: the annotator's advice for a key command step is the reference command itself "
                          "(`Run: python scripts/… --all --flags`), on a copy of the suite; edit steps keep their advice")
+    ap.add_argument("--watchful", action="store_true",
+                    help="the watchful annotator (rollout.annotator.watchful; apollo.env.scripted.check_deviation)")
     ap.add_argument("--dump", default=None, help="write both arms' trajectories (jsonl per arm and seed) into this folder")
     ap.add_argument("--report", default=None, help="no rollouts: print the report of a finished run's --dump folder")
     args = ap.parse_args()
@@ -103,7 +105,8 @@ def main() -> None:
     cfg = agent_config(p)
     a = p.get("annotator", {}) or {}
     acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
-                           max_per_trajectory=int(a.get("max_per_trajectory", 3)))
+                           max_per_trajectory=int(a.get("max_per_trajectory", 3)),
+                           watchful=bool(args.watchful or a.get("watchful", False)))
     t0 = time.perf_counter()
     workers = args.workers or int(p.get("workers", 4))
     dump = Path(args.dump) if args.dump else None

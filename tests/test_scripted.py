@@ -169,6 +169,43 @@ def test_check_deviation_invalid_actions_and_wasted_evals() -> None:
     assert "finish" in (check_deviation(t, [*done, *evals]) or "")
 
 
+def test_the_watchful_annotator_speaks_where_the_default_one_is_silent() -> None:
+    """Seen in SmolLM2 rollouts: cut-off calls, an sc agent that runs the scaffold unedited and then evals and
+    finishes (the default advice came after the last eval), an rd agent re-running one command ten times."""
+    sc = load_task("sc-train-01")
+    cut = [(None, {}, "Invalid action: unterminated <tool_call> block: no </tool_call>, and the JSON after it")] * 2
+    assert check_deviation(sc, cut) is None  # the default annotator: silent
+    assert "cut off" in check_deviation(sc, cut, watchful=True)
+    prose = [(None, {}, "Invalid action: no tool call found (expected <tool_call>{...}</tool_call>)")] * 2
+    assert check_deviation(sc, prose, watchful=True).startswith("Answer with one tool call")
+    plan = reference_plan(sc)
+    reads = [(s["tool"], s["arguments"], "ok") for s in plan if not s.get("key") and s["tool"] == "open_file"]
+    run = [s for s in plan if s["tool"] == "run_command"][-1]
+    early = [*reads, (run["tool"], run["arguments"], "accuracy=0.0")]
+    assert check_deviation(sc, early) is None
+    key = next(s for s in plan if s.get("key"))
+    assert check_deviation(sc, early, watchful=True) == check_deviation(sc, [*early, ("eval", {}, "score 0")]) \
+        and key["advice"].split(":")[0] in check_deviation(sc, early, watchful=True)
+    assert check_deviation(sc, [*reads, ("run_command", {"command": "ls"}, "scripts")], watchful=True) is None
+    rd = load_task("rd-train-02")
+    rplan = reference_plan(rd)
+    rkey = next(s for s in rplan if s.get("key"))
+    before = [(s["tool"], s["arguments"], "ok") for s in rplan[:rplan.index(rkey)] if s["tool"] != "run_command"]
+    loop = [*before, *[("run_command", {"command": "python scripts/train_agent.py --config config.json"},
+                        "episode 4/80 mean_episode_reward=0.00")] * 3]
+    g = check_deviation(rd, loop, watchful=True)
+    assert g.startswith("You keep re-running the same command") and g != check_deviation(rd, loop)
+    changed = [*loop[:-1], (loop[-1][0], loop[-1][1], "episode 4/80 mean_episode_reward=0.10")]
+    assert not (check_deviation(rd, changed, watchful=True) or "").startswith("You keep")
+    for t in TASKS:  # the reference plan draws no advice from the watchful annotator either
+        steps = []
+        for s in reference_plan(t):
+            obs = "Session 'train' is idle (last command finished, exit code 0)." if s["tool"] == "check_session_idle" \
+                else "ok"
+            steps.append((s["tool"], s["arguments"], obs))
+            assert check_deviation(t, steps, watchful=True) is None, (t.task_id, s["id"])
+
+
 def test_check_deviation_none_on_reference_prefixes() -> None:
     for t in TASKS:
         steps = []

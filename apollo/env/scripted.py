@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,18 +188,29 @@ def _matches(plan_step: dict[str, Any], tool: str, arguments: dict[str, Any]) ->
     return all(m in text for m in plan_step.get("match", []))
 
 
+_SCRIPT_RE = re.compile(r"[\w./-]+\.(?:py|sh)\b")
+
+
 def _cap(text: str) -> str:
     words = text.split()
     return text if len(words) <= MAX_GUIDANCE_WORDS else " ".join(words[:MAX_GUIDANCE_WORDS])
 
 
-def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
+def check_deviation(task: TaskSpec, steps: list[HistoryItem], *, watchful: bool = False) -> str | None:
     """Compare the agent's steps with the reference plan; guidance (≤ 30 words) or ``None``.
 
     Stateless: a deviation that the agent later corrects is no longer reported. Checks, in order:
     repeated invalid actions, a blind edit (edit without ever opening the file), a key step skipped
     or done the wrong way (the provided script ignored), eval while a background job still runs,
     and two evals in a row.
+
+    ``watchful`` (``rollout.annotator.watchful``; off by default) is an annotator who also speaks up
+    where the default one stays silent, as a person watching the run would: two unparsable calls in a
+    row (``Invalid action: …``; a call cut off at the token limit gets "write shorter calls"); a key
+    step skipped once the agent has gone on to any later step of the plan (the default waits for a
+    later *key* step, an eval or the end: on sc tasks the advice then came after the last eval); and
+    the same command run three times in a row with the same output while a key step is pending (the
+    pending step's advice again, after the agent ignored it).
     """
     if not steps:
         return None
@@ -210,6 +222,11 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
                                for _, _, obs in steps[-2:]):
         want = next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
         return _cap(f"Use a listed tool with all its arguments, e.g. {TOOL_SPECS[want['tool']].usage()}.")
+    if watchful and len(steps) >= 2 and all(obs.startswith("Invalid action:") for _, _, obs in steps[-2:]):
+        if all("unterminated" in obs[:80] for _, _, obs in steps[-2:]):
+            return "Your tool calls were cut off before </tool_call>: keep each call short, edit a few lines per edit_file."
+        want = next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
+        return _cap(f"Answer with one tool call in the format, e.g. {TOOL_SPECS[want['tool']].usage()}.")
 
     # 2. blind edit
     for i, (tool, args, obs) in enumerate(steps):
@@ -230,6 +247,20 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem]) -> str | None:
         if matched[ki]:
             continue
         later_done = any(matched[ki + 1:])
+        if watchful and not later_done:  # gone on to a later step of the plan (ran the script the edit feeds)
+            def scripts(part: list[dict[str, Any]]) -> set[str]:
+                return {m.group(0) for s in part if s["tool"] == "run_command"
+                        for m in [_SCRIPT_RE.search(str(s["arguments"].get("command", "")))] if m}
+
+            at = plan.index(k)
+            later = scripts(plan[at + 1:]) - scripts(plan[:at])  # a script the plan also runs before it: no sign
+            later_done = any(t == "run_command" and any(x in str(a.get("command", "")) for x in later)
+                             for t, a, _ in steps if isinstance(a, dict))
+        if watchful and len(steps) >= 3 and steps[-1][0] == "run_command" and len({
+                (json.dumps(a, sort_keys=True), o) for t, a, o in steps[-3:] if t == "run_command"}) == 1 \
+                and all(t == "run_command" for t, _, _ in steps[-3:]):
+            return _cap("You keep re-running the same command with nothing changed. "
+                        + (k.get("advice") or f"Do this step: {k['thought']}"))
         ended = steps[-1][0] in ("eval", "finish")
         wrong_way = any(
             t in ("run_command", "create_file", "edit_file") and any(p in json.dumps(a) for p in k.get("avoid", []))

@@ -32,6 +32,7 @@ class AnnotatorConfig:
     poll_s: float = 0.2
     max_per_trajectory: int = 3
     author: str = "simulated-annotator"
+    watchful: bool = False  # also speak up on unparsable calls, a skipped key step seen early, loops (check_deviation)
 
 
 def decide(task: Any, steps: list[dict[str, Any]], already_sent: list[str], cfg: AnnotatorConfig) -> str | None:
@@ -40,7 +41,7 @@ def decide(task: Any, steps: list[dict[str, Any]], already_sent: list[str], cfg:
 
     if len(already_sent) >= cfg.max_per_trajectory:
         return None
-    text = check_deviation(task, [(s["tool"], s["arguments"], s["observation"]) for s in steps])
+    text = check_deviation(task, [(s["tool"], s["arguments"], s["observation"]) for s in steps], watchful=cfg.watchful)
     if text is None or text in already_sent:
         return None
     return text

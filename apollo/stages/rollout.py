@@ -120,6 +120,7 @@ def annotator(params: dict[str, Any], paths: Paths | None = None):
         delay_s=float(a.get("delay_s", 1.0)),
         poll_s=float(a.get("poll_s", 0.2)),
         max_per_trajectory=int(a.get("max_per_trajectory", 3)),
+        watchful=bool(a.get("watchful", False)),
     )
     return stage_session(section(params, "rollout"), paths.guidance_store, cfg)
 
