@@ -103,10 +103,7 @@ def main() -> None:
     from apollo.env.tasks import load_task
 
     cfg = agent_config(p)
-    a = p.get("annotator", {}) or {}
-    acfg = AnnotatorConfig(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
-                           max_per_trajectory=int(a.get("max_per_trajectory", 3)),
-                           watchful=bool(args.watchful or a.get("watchful", False)))
+    acfg = AnnotatorConfig.from_params({**(p.get("annotator") or {}), **({"watchful": True} if args.watchful else {})})
     t0 = time.perf_counter()
     workers = args.workers or int(p.get("workers", 4))
     dump = Path(args.dump) if args.dump else None

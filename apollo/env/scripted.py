@@ -191,6 +191,17 @@ def _matches(plan_step: dict[str, Any], tool: str, arguments: dict[str, Any]) ->
 _SCRIPT_RE = re.compile(r"[\w./-]+\.(?:py|sh)\b")
 
 
+def _plan_scripts(part: list[dict[str, Any]]) -> set[str]:
+    """The scripts that the ``run_command`` steps of a part of a plan run."""
+    return {m.group(0) for s in part if s["tool"] == "run_command"
+            for m in [_SCRIPT_RE.search(str(s["arguments"].get("command", "")))] if m}
+
+
+def _first_unmatched(plan: list[dict[str, Any]], steps: list[HistoryItem]) -> dict[str, Any]:
+    """The first plan step that none of the agent's steps matches (the last one when all are)."""
+    return next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
+
+
 def _cap(text: str) -> str:
     words = text.split()
     return text if len(words) <= MAX_GUIDANCE_WORDS else " ".join(words[:MAX_GUIDANCE_WORDS])
@@ -220,12 +231,12 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem], *, watchful: bool 
     # 1. repeated invalid actions
     if len(steps) >= 2 and all(obs.startswith("Error: unknown tool") or "needs argument" in obs[:80]
                                for _, _, obs in steps[-2:]):
-        want = next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
+        want = _first_unmatched(plan, steps)
         return _cap(f"Use a listed tool with all its arguments, e.g. {TOOL_SPECS[want['tool']].usage()}.")
     if watchful and len(steps) >= 2 and all(obs.startswith("Invalid action:") for _, _, obs in steps[-2:]):
         if all("unterminated" in obs[:80] for _, _, obs in steps[-2:]):
             return "Your tool calls were cut off before </tool_call>: keep each call short, edit a few lines per edit_file."
-        want = next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
+        want = _first_unmatched(plan, steps)
         return _cap(f"Answer with one tool call in the format, e.g. {TOOL_SPECS[want['tool']].usage()}.")
 
     # 2. blind edit
@@ -248,12 +259,8 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem], *, watchful: bool 
             continue
         later_done = any(matched[ki + 1:])
         if watchful and not later_done:  # gone on to a later step of the plan (ran the script the edit feeds)
-            def scripts(part: list[dict[str, Any]]) -> set[str]:
-                return {m.group(0) for s in part if s["tool"] == "run_command"
-                        for m in [_SCRIPT_RE.search(str(s["arguments"].get("command", "")))] if m}
-
             at = plan.index(k)
-            later = scripts(plan[at + 1:]) - scripts(plan[:at])  # a script the plan also runs before it: no sign
+            later = _plan_scripts(plan[at + 1:]) - _plan_scripts(plan[:at])  # one the plan also runs before: no sign
             later_done = any(t == "run_command" and any(x in str(a.get("command", "")) for x in later)
                              for t, a, _ in steps if isinstance(a, dict))
         if watchful and len(steps) >= 3 and steps[-1][0] == "run_command" and len({

@@ -34,6 +34,13 @@ class AnnotatorConfig:
     author: str = "simulated-annotator"
     watchful: bool = False  # also speak up on unparsable calls, a skipped key step seen early, loops (check_deviation)
 
+    @classmethod
+    def from_params(cls, a: dict[str, Any] | None) -> AnnotatorConfig:
+        """From a ``rollout.annotator`` section (``delay_s``, ``poll_s``, ``max_per_trajectory``, ``watchful``)."""
+        a = a or {}
+        return cls(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
+                   max_per_trajectory=int(a.get("max_per_trajectory", 3)), watchful=bool(a.get("watchful", False)))
+
 
 def decide(task: Any, steps: list[dict[str, Any]], already_sent: list[str], cfg: AnnotatorConfig) -> str | None:
     """Pure decision: the guidance to send for these steps, or None."""

@@ -257,10 +257,7 @@ def run_sao(params: dict[str, Any], tracker, paths: Paths, variant: str, method:
             from apollo.guidance.annotator import AnnotatorConfig
             from apollo.guidance.runtime import stage_session
 
-            a = agent.get("annotator") or {}
-            acfg_ann = AnnotatorConfig(delay_s=float(a.get("delay_s", 1.0)), poll_s=float(a.get("poll_s", 0.2)),
-                                       max_per_trajectory=int(a.get("max_per_trajectory", 3)),
-                                       watchful=bool(a.get("watchful", False)))
+            acfg_ann = AnnotatorConfig.from_params(agent.get("annotator"))
             db = paths.data / "store" / f"guidance-rl-{variant}-s{paths.seed or 0}.sqlite"  # kept after the run
             db.parent.mkdir(parents=True, exist_ok=True)
             channel = stack.enter_context(stage_session({"guidance": agent.get("guidance") or {}}, db, acfg_ann))

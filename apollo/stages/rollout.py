@@ -115,13 +115,7 @@ def finalize(trajs: list[Trajectory], paths: Paths | None = None, tracker=None) 
 def annotator(params: dict[str, Any], paths: Paths | None = None):
     """The stage's guidance session (channel + simulated annotator); run_one uses it inside."""
     paths = paths or Paths.default()
-    a = section(params, "rollout").get("annotator", {}) or {}
-    cfg = AnnotatorConfig(
-        delay_s=float(a.get("delay_s", 1.0)),
-        poll_s=float(a.get("poll_s", 0.2)),
-        max_per_trajectory=int(a.get("max_per_trajectory", 3)),
-        watchful=bool(a.get("watchful", False)),
-    )
+    cfg = AnnotatorConfig.from_params(section(params, "rollout").get("annotator"))
     return stage_session(section(params, "rollout"), paths.guidance_store, cfg)
 
 
