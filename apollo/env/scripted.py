@@ -21,11 +21,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 from pathlib import Path
 from typing import Any
 
-from apollo.env.tasks import TaskSpec, baseline_plan, reference_plan
+from apollo.env.tasks import _SCRIPT_PATH_RE, TaskSpec, baseline_plan, reference_plan
 from apollo.env.tools import TOOL_SPECS, REQUIRED, call_failed
 from apollo.env.workspace import Workspace
 
@@ -188,13 +187,10 @@ def _matches(plan_step: dict[str, Any], tool: str, arguments: dict[str, Any]) ->
     return all(m in text for m in plan_step.get("match", []))
 
 
-_SCRIPT_RE = re.compile(r"[\w./-]+\.(?:py|sh)\b")
-
-
 def _plan_scripts(part: list[dict[str, Any]]) -> set[str]:
     """The scripts that the ``run_command`` steps of a part of a plan run."""
-    return {m.group(0) for s in part if s["tool"] == "run_command"
-            for m in [_SCRIPT_RE.search(str(s["arguments"].get("command", "")))] if m}
+    return {m.group(1) for s in part if s["tool"] == "run_command"
+            for m in [_SCRIPT_PATH_RE.search(str(s["arguments"].get("command", "")))] if m}
 
 
 def _first_unmatched(plan: list[dict[str, Any]], steps: list[HistoryItem]) -> dict[str, Any]:
