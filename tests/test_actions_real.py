@@ -26,6 +26,9 @@ ACCEPTED = [
     ("missing_close", f"I will list the files.\n<tool_call>\n{CALL}\n", "list_files", LS,
      ("missing </tool_call>",)),
     ("missing_close_eos", f"<tool_call>\n{CALL}<|im_end|>", "list_files", LS, ("missing </tool_call>",)),
+    ("close_tag_cut_off", f"I will list the files.\n<tool_call>\n{CALL}\n</tool_call", "list_files", LS,
+     ("</tool_call> cut off",)),
+    ("close_tag_cut_early", f"<tool_call>\n{CALL}\n</", "list_files", LS, ("</tool_call> cut off",)),
     ("text_after", f"<tool_call>\n{CALL}\n</tool_call>\n<tool_response>\n.\n</tool_response>\nDone.",
      "list_files", LS, ("text after the call",)),
     ("parameters", '<tool_call>\n{"name": "list_files", "parameters": {"path": "."}}\n</tool_call>',
@@ -53,6 +56,8 @@ REJECTED = [
      ["unterminated <tool_call> block", "Now I wait", "</tool_call>"]),
     ("cut_off", '<tool_call>\n{"name": "list_files", "arguments": {"pa', "invalid_action",
      ["unterminated <tool_call> block", "incomplete"]),
+    ("close_tag_then_text", f"<tool_call>\n{CALL}\n</tool_cal and more", "invalid_action",
+     ["unterminated <tool_call> block", "</tool_call>"]),
     ("close_without_open", f"{CALL}\n</tool_call>", "invalid_action", ["</tool_call> without an opening <tool_call>"]),
     ("two_calls", (f"<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{{\"name\": \"eval\", \"arguments\": {{}}}}\n"
      "</tool_call>"), "invalid_action", ["2 tool calls in one turn", "exactly one"]),

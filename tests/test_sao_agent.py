@@ -110,7 +110,7 @@ def test_sao_config_layers_agent_overrides_and_the_variant():
 
     cfg, agent = sao_config(PARAMS, "sao_guided", "sao")
     assert cfg.mode == "sao" and agent["guided"] and agent["masks"]
-    assert cfg.steps == PARAMS["sao"]["agent"]["overrides"]["steps"] and cfg.max_new_tokens == 96
+    assert cfg.steps == PARAMS["sao"]["agent"]["overrides"]["steps"] and cfg.max_new_tokens == 256
     cfg, agent = sao_config(PARAMS, "grpo_sync", "grpo_sync")
     assert cfg.mode == "grpo_sync" and not agent["guided"]
     bad = copy.deepcopy(PARAMS)

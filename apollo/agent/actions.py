@@ -15,6 +15,8 @@ call, then more text after ``</tool_call>``                 accepted  ``text aft
 ``<tool_call>{…}`` with no ``</tool_call>``, nothing after  accepted  ``missing </tool_call>``
   (a generation that stopped at EOS; end markers such as
   ``<|im_end|>`` may follow)
+``<tool_call>{…}\n</tool_call`` (the text ends inside the  accepted  ``</tool_call> cut off``
+  closing tag: the token limit came after the whole call)
 ``"parameters"`` instead of ``"arguments"``                 accepted  ``'parameters' for 'arguments'``
 ``"arguments"`` as a string holding a JSON object           accepted  ``'arguments' as a JSON string``
 one ```` ```json ```` fenced call object, no tags           accepted  ``fenced block instead of tags``
@@ -256,6 +258,8 @@ def parse_tool_call(text: str) -> ParseResult:
             recovered.append("text after the call")
     elif _END_MARKERS_RE.match(rest):
         recovered.append("missing </tool_call>")
+    elif len(stripped) < len(CLOSE) and CLOSE.startswith(stripped.rstrip()):
+        recovered.append("</tool_call> cut off")  # the generation ended inside the closing tag (its token limit)
     elif close >= 0 and OPEN in text[end:close]:
         return ParseResult(Action(parse_error=(
             f"{1 + text.count(OPEN, end)} tool calls in one turn, the first without {CLOSE}: one action per "
