@@ -187,6 +187,18 @@ def test_the_watchful_annotator_speaks_where_the_default_one_is_silent() -> None
     assert check_deviation(sc, early, watchful=True) == check_deviation(sc, [*early, ("eval", {}, "score 0")]) \
         and key["advice"].split(":")[0] in check_deviation(sc, early, watchful=True)
     assert check_deviation(sc, [*reads, ("run_command", {"command": "ls"}, "scripts")], watchful=True) is None
+    # the key edit made with broken JSON, then the scaffold run fails: the error's last line, then the advice whole
+    edit = (key["tool"], {**key["arguments"], "content": key["arguments"]["content"] + ","}, "Edited scaffold.json")
+    failed = (run["tool"], run["arguments"], "$ python scripts/run_scaffold.py\nTraceback (most recent call last):\n"
+              "  File \"run_scaffold.py\", line 68, in main\njson.decoder.JSONDecodeError: Expecting property name "
+              "enclosed in double quotes: line 11 column 1 (char 160)\n\n[finished, exit code 1]")
+    g = check_deviation(sc, [*reads, edit, failed], watchful=True)
+    assert g.startswith("That run failed: JSONDecodeError: Expecting property name") and g.endswith(key["advice"]), g
+    assert len(g.split()) <= 30 and check_deviation(sc, [*reads, edit, failed]) is None
+    ok = (run["tool"], run["arguments"], "questions=45 accuracy=0.000\n\n[finished, exit code 0]")
+    assert check_deviation(sc, [*reads, edit, ok], watchful=True) is None
+    other = ("run_command", {"command": "python -c 'import json'"}, failed[2])  # not a script the edit feeds
+    assert check_deviation(sc, [*reads, edit, other], watchful=True) is None
     rd = load_task("rd-train-02")
     rplan = reference_plan(rd)
     rkey = next(s for s in rplan if s.get("key"))

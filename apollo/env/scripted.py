@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,23 @@ def _first_unmatched(plan: list[dict[str, Any]], steps: list[HistoryItem]) -> di
     return next((s for s in plan if not any(_matches(s, t, a) for t, a, _ in steps)), plan[-1])
 
 
+_EXIT_RE = re.compile(r"\[finished, exit code (-?\d+)\]")
+_ERROR_LINE_RE = re.compile(r"^(?:[\w.]*(?:Error|Exception)\b|[\w .]*error\b).*", re.IGNORECASE)
+
+
+def _run_error(obs: str, max_words: int = 10) -> str | None:
+    """What a failed command's output says went wrong (its last error line, ≤ ``max_words``), or ``None`` when
+    the command ran to exit code 0 (or is still running). A refused or invalid call is not a run."""
+    m = _EXIT_RE.search(obs)
+    if call_failed(obs) or m is None or m.group(1) == "0":
+        return None
+    lines = [ln.strip() for ln in obs[:m.start()].splitlines() if ln.strip()]
+    err = next((ln for ln in reversed(lines) if _ERROR_LINE_RE.match(ln)), lines[-1] if lines else f"exit code {m.group(1)}")
+    err = re.sub(r"^(?:[a-z_]+\.)+(?=[A-Z])", "", err)  # json.decoder.JSONDecodeError -> JSONDecodeError
+    words = err.split()
+    return " ".join(words[:max_words]) + (" …" if len(words) > max_words else "")
+
+
 def _cap(text: str) -> str:
     words = text.split()
     return text if len(words) <= MAX_GUIDANCE_WORDS else " ".join(words[:MAX_GUIDANCE_WORDS])
@@ -217,7 +235,9 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem], *, watchful: bool 
     step skipped once the agent has gone on to any later step of the plan (the default waits for a
     later *key* step, an eval or the end: on sc tasks the advice then came after the last eval); and
     the same command run three times in a row with the same output while a key step is pending (the
-    pending step's advice again, after the agent ignored it).
+    pending step's advice again, after the agent ignored it); and a run that fails (a non-zero exit code)
+    after the agent made a key edit, where the run is of a script the plan runs after that edit (the
+    error's last line, then the edit's advice again: the edit was made, but not in a form that works).
     """
     if not steps:
         return None
@@ -250,6 +270,16 @@ def check_deviation(task: TaskSpec, steps: list[HistoryItem], *, watchful: bool 
 
     # 3. a key step skipped or done the wrong way
     matched = [any(_matches(k, t, a) for t, a, _ in steps) for k in keys]
+    if watchful and steps[-1][0] == "run_command" and isinstance(steps[-1][1], dict):
+        obs, command = steps[-1][2], str(steps[-1][1].get("command", ""))
+        for ki, k in enumerate(keys):
+            at = plan.index(k)
+            if matched[ki] and k["tool"] in _SAME_EFFECT and k.get("advice") \
+                    and any(x in command for x in _plan_scripts(plan[at + 1:])):
+                room = max(4, MAX_GUIDANCE_WORDS - 4 - len(k["advice"].split()))  # "That run failed:", "…": the advice comes whole
+                err = _run_error(obs, room)
+                if err:
+                    return _cap(f"That run failed: {err}. {k['advice']}")
     for ki, k in enumerate(keys):
         if matched[ki]:
             continue
