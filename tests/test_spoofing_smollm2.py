@@ -9,7 +9,6 @@ files, tool output or the task must contribute no special-token id to a prompt, 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -26,13 +25,8 @@ from apollo.schema import Guidance, Observation, Step, Summary, Trajectory
 
 
 @pytest.fixture(scope="module")
-def tok():
-    from transformers import AutoTokenizer
-
-    from apollo.models.gguf import wheel_gguf
-
-    p = Path(wheel_gguf().path)
-    return AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)  # the tokenizer only: ~5 s
+def tok(smollm2_tokenizer):
+    return smollm2_tokenizer
 
 
 def special_strings(tok) -> list[str]:

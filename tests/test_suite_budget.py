@@ -21,10 +21,8 @@ def _plan_actions(task):
             yield f"{step['id']}.naive", naive.get("thought", ""), naive["tool"], naive.get("arguments", {})
 
 
-def test_every_reference_action_fits_in_one_turn(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+def test_every_reference_action_fits_in_one_turn(smollm2_tokenizer):
+    tok = smollm2_tokenizer
     end = tok.eos_token  # the turn's end token (<|im_end|>) is generated too
     params = load_params()
     lengths = {}
