@@ -121,6 +121,37 @@ def test_resource_waste_is_compute_left_idle_not_a_short_blocking_command():
     assert list(drops(traj(plain), "resource_waste")) == [0]  # no facts: "8 A100 GPUs" in the description
 
 
+
+RL_DESC = """# GRPO
+## Task
+Train the policy with scripts/grpo.sh and leave it in outputs/policy/final/.
+## Evaluation
+The hidden evaluation runs `outputs/policy/final/` on held-out problems.
+## Environment
+One machine with 8 H100 GPUs.
+## Scripts
+- **`scripts/grpo.sh`** — `bash scripts/grpo.sh configs/grpo.yaml OUT`: GRPO on all 8 GPUs.
+- **`scripts/label_judge.py`** — `python scripts/label_judge.py --in FILE --out FILE [--gpus 8]`: judges every row on the GPUs.
+"""
+
+
+def test_a_literal_usage_argument_keeps_its_position_and_an_evaluated_job_frees_its_gpus():
+    """From the fifth research set: `grpo.sh configs/grpo.yaml OUT` writes OUT (the literal config takes the
+    first position), so an eval right after the launch is improper; a job waited for and then evaluated has
+    ended, so a later job on 2 of the 8 GPUs leaves 6 idle."""
+    launch = bg("bash scripts/grpo.sh configs/grpo.yaml outputs/policy", "rl")
+    d = drops(traj(launch, ev(), desc=RL_DESC), "improper_eval")
+    assert list(d) == [1] and "session 'rl'" in d[1], d
+    assert drops(traj(launch, st("sleep", {"seconds": 1800}, "Slept 1800 s."), run(
+        "ls outputs/policy/final", "$ ls outputs/policy/final\nmodel.safetensors\n\n[finished, exit code 0]"), ev(),
+        desc=RL_DESC), "improper_eval") == {}
+    check2 = run("python scripts/label_judge.py --in a.jsonl --out b.jsonl --gpus 2")
+    d = drops(traj(launch, st("sleep", {"seconds": 1800}, "Slept 1800 s."), ev(), check2, desc=RL_DESC), "resource_waste")
+    assert list(d) == [3] and "2 GPU(s) while 8 of the task's 8 were free" in d[3], d
+    # not evaluated: the GRPO run may still hold the GPUs, the 2-GPU check is no waste
+    assert drops(traj(launch, st("sleep", {"seconds": 1800}, "Slept 1800 s."), check2, desc=RL_DESC), "resource_waste") == {}
+
+
 # ---------------------------------------------------------------------------- improper eval
 def test_a_persistent_server_does_not_make_later_evals_improper():
     t = traj(bg("python -m vllm.entrypoints.openai.api_server --model models/base --port 8000", "srv"),
@@ -250,6 +281,39 @@ def test_violate_instruction_omissions_run_another_script_first_or_finish_withou
     t = traj(st("sleep", {"seconds": 1}, "slept", guidance=["Set delta to 1.5 in r.py."]),
              st("open_file", {"path": "r.py"}, code), st("finish", {}, "done"))
     assert drops(t, "violate_instruction") == {}
+
+
+
+def test_violate_instruction_lists_of_paths_default_values_and_eval_preconditions():
+    """From the fifth research set (all of it a dev set once its test split was reported): "do not touch A or B"
+    names both; "keep --F at the default N"; "run S before each eval" holds at every eval, "before another eval"
+    at the next one only; a bare file name matches the file under a folder."""
+    assert [(d.kind, d.target) for d in extract("Do NOT touch grpo_train.sh or configs/grpo.yaml. Keep going.")] == [
+        ("forbid_write", "grpo_train.sh"), ("forbid_write", "configs/grpo.yaml")]
+    assert [d.target for d in extract("don't edit a.py, b.py and c/d.yaml")] == ["a.py", "b.py", "c/d.yaml"]
+    assert [(d.kind, d.target, d.values) for d in extract("keep --per_db at the default 48, dont raise it")] == [
+        ("keep", "per_db", {"v": "48,"})]
+    each = "please run rep_dev.py before each eval and paste the numbers"
+    nxt = "before you spend another eval, run sql_dev.py on the checkpoint"
+    assert [(d.kind, d.values["scope"]) for d in extract(each)] == [("eval_needs_check", "each")]
+    assert [(d.kind, d.values["scope"]) for d in extract(nxt)] == [("eval_needs_check", "next")]
+    dev = run("python scripts/rep_dev.py --ckpt outputs/ckpt")
+    # a retrain launched before an eval and finished after it, then an eval without rep_dev: a breach
+    t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[each]), dev, ev(), bg("python scripts/train.py", "train"),
+             ev(), st("sleep", {"seconds": 1800}, "slept"), ev(), dev, ev())
+    d = drops(t, "violate_instruction")
+    assert sorted(d) == [4, 6] and "without running rep_dev.py since the eval at step 4" in d[6], d
+    # "another eval": the next eval needs the run, later ones do not
+    t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[nxt]), ev(), run("python scripts/sql_dev.py"), ev())
+    assert sorted(drops(t, "violate_instruction")) == [1]
+    t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[nxt]), run("python scripts/sql_dev.py"), ev(), ev())
+    assert drops(t, "violate_instruction") == {}
+    # "leave prm.yaml alone": the edit of configs/prm.yaml breaks it; an edit of another file does not
+    g = "cap the data at 120k and leave prm.yaml alone otherwise. Do not change prm.yaml."
+    t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[g]),
+             st("edit_file", {"path": "configs/other.yaml", "start_line": 1, "end_line": 1, "content": "a: 1"}, "Edited"),
+             st("edit_file", {"path": "configs/prm.yaml", "start_line": 3, "end_line": 3, "content": "epochs: 2"}, "Edited"))
+    assert sorted(drops(t, "violate_instruction")) == [2]
 
 
 # --------------------------------------------------------------------------- symbolic rules

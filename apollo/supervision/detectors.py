@@ -937,6 +937,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 for j in f.jobs_before[i]:
                     if f._consumes(i, j) and any(f.tools[k] == "sleep" for k in range(j.step + 1, i)):
                         continue  # this command reads what that job wrote, after waiting for it: it has ended
+                    slept = next((k for k in range(j.step + 1, i) if f.tools[k] == "sleep"), None)
+                    if not j.server and slept is not None and any(f.tools[k] == "eval" and f.ok(k) for k in range(slept + 1, i)):
+                        continue  # waited for, then evaluated: the agent took it as finished (its GPUs are free)
                     g, u = gpu_job(f, j.step)
                     busy += (u or pool) if g or j.server else 0
                 free = max(0, pool - busy)

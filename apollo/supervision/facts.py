@@ -286,6 +286,8 @@ def signature(doc: str) -> Signature | None:
             continue
         if re.match(r"^[A-Z][A-Z0-9_]*$", t):
             pos.append(t)
+        elif re.match(r"^[\w./-]+$", t) and not t.startswith("...") and not flags:
+            pos.append(t)  # a literal argument ("configs/grpo.yaml OUT"): it takes a position all the same
         k += 1
     return Signature(tuple(pos), tuple(flags))
 
