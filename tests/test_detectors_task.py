@@ -130,7 +130,8 @@ The hidden evaluation runs `outputs/policy/final/` on held-out problems.
 ## Environment
 One machine with 8 H100 GPUs.
 ## Scripts
-- **`scripts/grpo.sh`** — `bash scripts/grpo.sh configs/grpo.yaml OUT`: GRPO on all 8 GPUs.
+- **`scripts/grpo.sh`** — `bash scripts/grpo.sh configs/grpo.yaml OUT`: GRPO on all 8 GPUs; rollouts are scored by
+  workers on the CPU server.
 - **`scripts/label_judge.py`** — `python scripts/label_judge.py --in FILE --out FILE [--gpus 8]`: judges every row on the GPUs.
 """
 
@@ -148,6 +149,18 @@ def test_a_literal_usage_argument_keeps_its_position_and_an_evaluated_job_frees_
     check2 = run("python scripts/label_judge.py --in a.jsonl --out b.jsonl --gpus 2")
     d = drops(traj(launch, st("sleep", {"seconds": 1800}, "Slept 1800 s."), ev(), check2, desc=RL_DESC), "resource_waste")
     assert list(d) == [3] and "2 GPU(s) while 8 of the task's 8 were free" in d[3], d
+    # an edit of the config alone changes no checkpoint (the Evaluation section names outputs/policy/final): the
+    # eval after it re-scores the same policy; a retrain after the edit is a change
+    edit = st("edit_file", {"path": "configs/grpo.yaml", "start_line": 2, "end_line": 2, "content": "lr: 1e-6"}, "Edited")
+    wait = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    done = run("ls outputs/policy/final", "$ ls outputs/policy/final\nmodel.safetensors\n\n[finished, exit code 0]")
+    d = drops(traj(launch, wait, done, ev(), edit, ev(), desc=RL_DESC), "improper_eval")
+    assert list(d) == [5] and "nothing changed since the eval at step 3" in d[5], d
+    assert drops(traj(launch, wait, done, ev(), edit, launch, wait, done, ev(), desc=RL_DESC), "improper_eval") == {}
+    # a second GRPO run into another folder while the first runs (its line names the CPU server, but it is a GPU job)
+    d = drops(traj(launch, bg("bash scripts/grpo.sh configs/grpo.yaml outputs/policy_b", "rl2"), desc=RL_DESC),
+              "resource_waste")
+    assert list(d) == [1] and "started a second scripts/grpo.sh while the one of step 0" in d[1], d
     # not evaluated: the GRPO run may still hold the GPUs, the 2-GPU check is no waste
     assert drops(traj(launch, st("sleep", {"seconds": 1800}, "Slept 1800 s."), check2, desc=RL_DESC), "resource_waste") == {}
 

@@ -795,6 +795,7 @@ def _multi_gpu_doc(f: Facts, script: str) -> bool:
     return any(int(n) >= 2 for n in _GPU_KW_RE.findall(doc)) or bool(_N_GPUS_DOC_RE.search(doc) or _PER_GPU_RE.search(doc))
 
 
+_ALL_N_GPUS_RE = re.compile(r"(?i)\b(?:on|across|over)\s+(?:all\s+)?(?:the\s+)?(?:[2-9]|[1-9]\d)\s+GPUs\b")  # "on all 8 GPUs"
 _N_GPUS_DOC_RE = re.compile(r"(?i)\b(?:[2-9]|[1-9]\d)\s+GPUs\b")  # "(HF generate, batched, 8 GPUs, about 10 minutes)"
 
 
@@ -840,8 +841,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     for s in runs:
         doc = f.script_docs.get(s)
         if doc is not None:
-            if doc_says(CPU_DOC_RE, doc):
-                continue  # a CPU tool
+            if doc_says(CPU_DOC_RE, doc) and not doc_says(_ALL_N_GPUS_RE, doc):
+                continue  # a CPU tool (a GPU job whose line also names the CPU server its workers use is not)
             if not doc_says(GPU_DOC_RE, doc):  # the task does not say: a training/inference job by its name
                 if _GPU_JOB_RE.search(os.path.basename(s)):
                     return True, max(counts) if counts else 1
@@ -1003,6 +1004,20 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
 
 
+def _feeds_eval(f: Facts, i: int) -> bool:
+    """Step ``i`` may change what the evaluation scores: any command that writes, and an edit or a created file
+    where the task's Evaluation section names its inputs (``outputs/proj/final``) only when it writes one of
+    them (with the inputs unknown, every edit). An edit of a config alone changes no checkpoint until a job
+    runs with it."""
+    if not f.writes[i]:
+        return False
+    if not f.eval_inputs:
+        return True
+    if f.tools[i] not in ("edit_file", "create_file"):
+        return True  # a command: what a job writes is guessed from usage lines, too loosely to rule out
+    return any(covers(w, e) for w in f.written_paths(i) for e in f.eval_inputs)
+
+
 @register("improper_eval", judge_tools=("eval",))
 def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Eval while a job runs, before any change, with nothing changed since the last eval, or over budget."""
@@ -1014,7 +1029,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     for i in range(f.n):
         tool = f.tools[i]
         if tool != "eval" or not f.steps[i].action.valid:
-            changed = changed or f.writes[i]
+            changed = changed or _feeds_eval(f, i)
             continue
         if f.steps[i].observation.refused:
             continue  # the environment refused it: a refused_action (rules.yaml), not an eval that ran
