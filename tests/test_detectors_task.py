@@ -165,6 +165,23 @@ def test_a_literal_usage_argument_keeps_its_position_and_an_evaluated_job_frees_
     assert drops(traj(launch, st("sleep", {"seconds": 1800}, "Slept 1800 s."), check2, desc=RL_DESC), "resource_waste") == {}
 
 
+
+def test_inefficient_inference_in_one_liners_and_shell_loops():
+    """From the fifth research set: the code of a `python -c` one-liner is read like a created file's, and a
+    shell loop that sends one request per iteration is a strictly serial client; batched or parallel ones are not."""
+    hf = ("python -c \"import json;from transformers import AutoModelForCausalLM as M;m=M.from_pretrained('ck').cuda()\n"
+          "for l in open('dev.jsonl'):\n  print(m.generate(**tok(l, return_tensors='pt'), max_new_tokens=64))\"")
+    vl = ("python -c \"from vllm import LLM;l=LLM('ck')\nfor d in open('dev.jsonl'):\n  print(l.generate([d])[0])\"")
+    batched = "python -c \"from vllm import LLM;l=LLM('ck');print(l.generate(open('dev.jsonl').read().split()))\""
+    loop = ("for id in $(cat ids.txt); do python -c \"import requests;print(requests.post('http://localhost:8000/v1/"
+            "chat/completions',json={}).json())\"; done")
+    par = "cat ids.txt | xargs -P 16 -I{} curl -s http://localhost:8000/v1/completions -d @{}.json"
+    curl_loop = "while read id; do curl -s http://localhost:8000/v1/completions -d @$id.json; done < ids.txt"
+    d = drops(traj(run(hf), run(vl), run(batched), run(loop), run(par), run(curl_loop), facts=POOL8), "inefficient_inference")
+    assert sorted(d) == [0, 1, 3, 5], d
+    assert "python -c one-liner" in d[0] and "once per prompt" in d[1] and "shell loop" in d[3]
+
+
 # ---------------------------------------------------------------------------- improper eval
 def test_a_persistent_server_does_not_make_later_evals_improper():
     t = traj(bg("python -m vllm.entrypoints.openai.api_server --model models/base --port 8000", "srv"),

@@ -541,6 +541,36 @@ def one_at_a_time(code: str) -> str | None:
     return None
 
 
+_INLINE_PY_RE = re.compile(r"""\bpython3?\s+-c\s+(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""", re.DOTALL)
+_SHELL_LOOP_RE = re.compile(r"(?s)\b(?:for|while)\b[^\n;]*;\s*do\b(.*?)\bdone\b")
+_SHELL_PARALLEL_RE = re.compile(r"\bxargs\b[^|;]*\s-P\s*\d|\bparallel\b|&\s*(?:;|$|\n|done)")
+_CURL_SERVER_RE = re.compile(r"\bcurl\b[^|;]*\bhttps?://")
+
+
+@lru_cache(maxsize=4096)
+def inline_one_at_a_time(cmd: str) -> str | None:
+    """How a command generates one sample at a time by itself (None: it does not): the code of a
+    ``python -c`` one-liner that loops (:func:`one_at_a_time`), or a shell loop whose every iteration sends
+    one request or runs one generation, with nothing in parallel."""
+    if "-c" not in cmd and "do" not in cmd:
+        return None
+    for m in _INLINE_PY_RE.finditer(cmd):
+        code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+        how = one_at_a_time(code)
+        if how:
+            return f"(a python -c one-liner) {how}"
+    for m in _SHELL_LOOP_RE.finditer(cmd):
+        body = m.group(1)
+        if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
+            continue
+        inline = " ".join(a or b for a, b in _INLINE_PY_RE.findall(body))
+        if _CLIENT_CALL_RE.search(inline) or _CURL_SERVER_RE.search(body):
+            return "sends one request per iteration of a shell loop, strictly one after another"
+        if re.search(r"\.generate\(", inline):
+            return "starts one process per sample in a shell loop, each generating one output"
+    return None
+
+
 @register("inefficient_inference", judge_tools=("run_command", "create_file"))
 def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Generating one sample at a time (a script the agent writes, and each run of it), or running plain
@@ -564,6 +594,10 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
                 and ("transformers" not in h or f.vllm_available or (f.gpus or 0) >= 1)]
         if slow:
             out.append(_drop(i, "inefficient_inference", f"runs {slow[0][0]}, which {slow[0][1]}"))
+            continue
+        how = inline_one_at_a_time(cmd)
+        if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
+            out.append(_drop(i, "inefficient_inference", f"runs a command that {how}"))
             continue
         if not f.vllm_available:
             continue
