@@ -338,6 +338,16 @@ def test_violate_instruction_lists_of_paths_default_values_and_eval_precondition
     assert sorted(drops(t, "violate_instruction")) == [1]
     t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[nxt]), run("python scripts/sql_dev.py"), ev(), ev())
     assert drops(t, "violate_instruction") == {}
+    # "cap the data at 120k solutions": a script the agent writes that keeps 150,000 rows, and its run, break it;
+    # a cap at the bound does not
+    cap = "cap the data at 120k solutions (not 150k) please"
+    assert [(d.kind, d.target, d.values) for d in extract(cap)][0] == ("count", "solutions", {"op": "le", "v": "120k"})
+    merge = "cat a.jsonl b.jsonl | shuf | head -n {} > outputs/mix.jsonl\nwc -l outputs/mix.jsonl\n"
+    for n, want in ((150000, [1, 2]), (120000, [])):
+        t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[cap]),
+                 st("create_file", {"path": "outputs/merge.sh", "content": merge.format(n)}, "Created outputs/merge.sh"),
+                 run("bash outputs/merge.sh"))
+        assert sorted(drops(t, "violate_instruction")) == want, n
     # "leave prm.yaml alone": the edit of configs/prm.yaml breaks it; an edit of another file does not
     g = "cap the data at 120k and leave prm.yaml alone otherwise. Do not change prm.yaml."
     t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[g]),

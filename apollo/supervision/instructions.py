@@ -159,7 +159,8 @@ EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only
 _METRIC_STOP = {"its", "the", "your", "their", "that", "this", "dev", "rate", "score", "new", "checkpoint"}
 FLAG_USE_RE = re.compile(r"(?i)\b(?:use|pass|set|with)\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
 _UNITS = (r"examples|rows|pairs|samples|records|items|questions|lines|instances|dialogues|dialogs|conversations|"
-          r"problems|documents|docs|queries|prompts|trajectories|episodes|sentences|comments|turns|answers")
+          r"problems|documents|docs|queries|prompts|trajectories|episodes|sentences|comments|turns|answers|"
+          r"solutions|completions|captions|images|pairs|tasks|programs|puzzles|stories|texts|ids|labels|candidates")
 COUNT_RE = re.compile(rf"(?i)(?:\b(at\s+most|no\s+more\s+than|up\s+to|at\s+least|no\s+fewer\s+than|at\s+or\s+(?:below|under)|"
                       rf"at\s+or\s+above)\s+{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b"
                       rf"|\b{_NUM}\s+(?:\w+\s+){{0,2}}?({_UNITS})\s+or\s+(fewer|less|more))")
@@ -207,7 +208,9 @@ EVAL_FINISHED_RE = re.compile(r"(?i)\bno\s+(?:intermediate|partial|mid-?run|earl
                               r"(?:the\s+)?(?:\w+\s+){0,3}?(?:finish|complet|done|end)")
 # "train on 100k pairs max", "max 40k examples"
 COUNT_MAX_RE = re.compile(rf"(?i)\b{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\s+(max(?:imum)?|tops|at\s+most)\b"
-                          rf"|\bmax(?:imum)?\s+(?:of\s+)?{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b")
+                          rf"|\bmax(?:imum)?\s+(?:of\s+)?{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b"
+                          # "cap the data at 120k solutions", "limit it to 40,000 examples"
+                          rf"|\b(?:cap|limit)\w*\s+(?:[\w-]+\s+){{0,3}}?(?:at|to)\s+{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b")
 # "use alpha=0.3 for the first run", "for this run": a value for one run, not for the rest of the task
 FIRST_RUN_RE = re.compile(r"(?i)\bfor\s+(?:the\s+first|this|the\s+next|your\s+first)\s+(?:run|attempt|try|training(?:\s+run)?)\b")
 # "Keep the anchor weight at or below 0.05": a bound on the keys the words name
@@ -466,7 +469,7 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     if EVAL_FINISHED_RE.search(sent) and not any(x.kind == "wait_before_eval" for x in out if x.text == sent):
         res.append(d("wait_before_eval", ""))
     for m in COUNT_MAX_RE.finditer(sent):
-        v, unit = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(5))
+        v, unit = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(5)) if m.group(4) else (m.group(6), m.group(7))
         if not any(x.kind == "count" and x.text == sent for x in out):
             res.append(d("count", unit, {"op": "le", "v": v}))
     for m in KV_SIDE_RE.finditer(sent):
@@ -802,6 +805,21 @@ def _count_breaches(f: Facts, d: Directive) -> dict[int, str]:
         if used:
             out[j] = (f"wrote {p} with {n:,} {d.target}, past the bound of {d.values['v']} "
                       f"({d.describe()})")
+    if d.values["op"] == "le":
+        for j in range(d.given_at, f.n):  # a cap the agent writes itself past the bound: `… | head -n 150000 > f`
+            if f.tools[j] not in ("run_command", "create_file") or j in out:
+                continue
+            text = f.command(j) if f.tools[j] == "run_command" else str(f.args[j].get("content") or "")
+            cap = next((int(m.group(1).replace(",", "")) for m in _HEAD_CAP_RE.finditer(text)
+                        if int(m.group(1).replace(",", "")) > bound), None)
+            if cap is not None:
+                out[j] = f"caps the data at {cap:,} rows (head -n), past the bound of {d.values['v']} ({d.describe()})"
+                if f.tools[j] == "create_file":  # and every run of that script
+                    path = norm_path(f.args[j].get("path"))
+                    for k in range(j + 1, f.n):
+                        if f.tools[k] == "run_command" and any(r == path or r.endswith("/" + path) or path.endswith("/" + r)
+                                                               for r in f.script_runs(k)):
+                            out[k] = f"runs {path}, which caps the data at {cap:,} rows ({d.describe()})"
     if earlier and not out:
         for k in range(d.given_at, f.n):
             if f.tools[k] == "run_command" and f.ok(k) and trains(k):
@@ -813,6 +831,7 @@ def _count_breaches(f: Facts, d: Directive) -> dict[int, str]:
     return out
 
 
+_HEAD_CAP_RE = re.compile(r"\bhead\s+-(?:n\s*)?(\d[\d,]*)\b[^\n|;&]*>")  # head -n N … > file: a cap written to a file
 _NUMBERED_RE = re.compile(r"^\s*(\d+): ?(.*)$", re.MULTILINE)
 
 
