@@ -348,6 +348,12 @@ def test_violate_instruction_lists_of_paths_default_values_and_eval_precondition
                  st("create_file", {"path": "outputs/merge.sh", "content": merge.format(n)}, "Created outputs/merge.sh"),
                  run("bash outputs/merge.sh"))
         assert sorted(drops(t, "violate_instruction")) == want, n
+    # "serve with TP=4": `serve.sh [TP]` run with 2 sets its positional TP to 2; with 4 it keeps it
+    srv_desc = DESC + "scripts/serve.sh (`bash scripts/serve.sh [TP]`): starts the vLLM server, TP 4 by default.\n"
+    for arg, want in (("2", [1]), ("4", []), ("", [])):
+        t = traj(st("sleep", {"seconds": 1}, "slept", guidance=["serve with TP=4, the 32B does not fit on 2"]),
+                 bg(f"bash scripts/serve.sh {arg}".strip(), "srv"), desc=srv_desc)
+        assert sorted(drops(t, "violate_instruction")) == want, arg
     # "leave prm.yaml alone": the edit of configs/prm.yaml breaks it; an edit of another file does not
     g = "cap the data at 120k and leave prm.yaml alone otherwise. Do not change prm.yaml."
     t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[g]),

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from apollo.supervision.facts import CP_RE, SED_I_RE, Facts, is_false, norm_path, per_step, short
+from apollo.supervision.facts import CP_RE, SED_I_RE, Facts, is_false, norm_path, per_step, script_args, short, signature
 
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
@@ -181,6 +181,8 @@ FORBID_NOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+((?:(?:t
 # "Use k=8 completions per step, not fewer": KEY=VALUE with a side after it; "visible_weight stays 0"
 KV_SIDE_RE = re.compile(r"(?<![\w-])([A-Za-z_][\w]*)\s*=\s*(-?\d[\d.]*(?:e-?\d+)?)\b(?=[^.;]*?\b(not\s+(?:fewer|less|lower|below|under|"
                         r"more|higher|above|over)|or\s+(?:more|higher|fewer|less|lower)|at\s+(?:least|most)|minimum|maximum)\b)")
+# "serve with TP=4", "use BS=32": an upper-case setting given with a verb (the script's positional TP, a shell variable)
+WITH_KV_RE = re.compile(r"(?<![\w-])(?:with|use|using|keep|at)\s+([A-Z][A-Z0-9_]*)\s*=\s*(-?\d+(?:\.\d+)?)(?![\w.])")
 KEY_STAYS_RE = re.compile(r"(?<![\w-])([A-Za-z_]\w*_\w+|[A-Z][A-Z0-9_]+)\s+(?:stays|remains|must\s+stay|must\s+remain|should\s+stay)"
                           r"\s+(?:at\s+)?(-?\d[\d.]*(?:e-?\d+)?)\b(?!\s*(?:%|or\b))")
 # "keep the total at 40k max", "the total stays under 40k": rows of the data, whatever their unit
@@ -481,6 +483,9 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         if not any(x.kind == "bound" and _norm_key(x.target) == _norm_key(m.group(1)) for x in out):
             out[:] = [x for x in out if not (x.kind in ("keep", "flag") and _norm_key(x.target) == _norm_key(m.group(1)))]
             res.append(d("bound", m.group(1), {"op": op, "v": m.group(2), "match": "exact"}))
+    for m in WITH_KV_RE.finditer(sent):
+        if not any(x.kind in ("keep", "bound") and _norm_key(x.target) == _norm_key(m.group(1)) for x in out + res):
+            res.append(d("keep", m.group(1), {"v": m.group(2)}))
     for m in KEY_STAYS_RE.finditer(sent):
         if not any(x.kind in ("keep", "bound") and _norm_key(x.target) == _norm_key(m.group(1)) for x in out + res):
             res.append(d("keep", m.group(1), {"v": m.group(2)}))
@@ -679,7 +684,15 @@ def written_values(f: Facts, i: int) -> dict[str, list[float]]:
                 text = _TUPLE_ASSIGN_RE.sub("", text)
             pairs += _ASSIGN_RE.findall(text)
     elif tool == "run_command":
-        pairs = [(k.replace("-", "_"), v) for k, v in _CMD_FLAG_RE.findall(f.command(i))]
+        cmd = f.command(i)
+        pairs = [(k.replace("-", "_"), v) for k, v in _CMD_FLAG_RE.findall(cmd)]
+        for s in f.script_runs(i):  # a provided script's upper-case positional (`serve.sh [TP]`): `serve.sh 2` sets TP 2
+            doc = f.script_docs.get(s)
+            sig = signature(doc) if doc else None
+            if sig is not None and sig.positional:
+                pos, _ = script_args(cmd, s, sig)
+                pairs += [(n, v) for n, v in zip(sig.positional, pos) if re.match(r"^[A-Z][A-Z0-9_]*$", n)
+                          and re.match(r"^-?\d+(?:\.\d+)?$", v)]
     else:
         pairs = []
     for k, v in pairs:
