@@ -354,6 +354,17 @@ def test_violate_instruction_lists_of_paths_default_values_and_eval_precondition
         t = traj(st("sleep", {"seconds": 1}, "slept", guidance=["serve with TP=4, the 32B does not fit on 2"]),
                  bg(f"bash scripts/serve.sh {arg}".strip(), "srv"), desc=srv_desc)
         assert sorted(drops(t, "violate_instruction")) == want, arg
+    # "do NOT write anything into configs/ except the reward: block": an edit inside the block is allowed, one
+    # outside it (or of another file under configs/) is not
+    g = "do NOT write anything into configs/ except the reward: block."
+    yaml = "[configs/grpo.yaml: lines 1-6 of 6]\n1: steps: 300\n2: max_new_tokens: 2048\n3: reward:\n4:   partial_credit: true\n" \
+           "5:   tle_penalty: 0.0\n6: seed: 1"
+    def edit(lo, hi, text, path="configs/grpo.yaml"):
+        return st("edit_file", {"path": path, "start_line": lo, "end_line": hi, "content": text}, f"Edited {path}")
+    for e, want in ((edit(5, 5, "  tle_penalty: 0.2"), []), (edit(2, 2, "max_new_tokens: 3072"), [2]),
+                    (edit(1, 1, "lr: 1e-6", "configs/other.yaml"), [2])):
+        t = traj(st("open_file", {"path": "configs/grpo.yaml"}, yaml, guidance=[g]), st("sleep", {"seconds": 1}, "slept"), e)
+        assert sorted(drops(t, "violate_instruction")) == want, e.action.arguments
     # "leave prm.yaml alone": the edit of configs/prm.yaml breaks it; an edit of another file does not
     g = "cap the data at 120k and leave prm.yaml alone otherwise. Do not change prm.yaml."
     t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[g]),
