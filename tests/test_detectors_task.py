@@ -391,6 +391,19 @@ def test_a_redirected_job_fails_at_its_launch_and_the_tail_is_kept():
     assert not m[0].keep and m[0].category == "explicit_failure"  # no job log: the read itself failed
 
 
+def test_a_distributed_oom_fails_the_launch_that_started_it():
+    """From the fifth research set: the crash of a rank ("[rank2]: torch.OutOfMemoryError: CUDA out of memory"),
+    or a module-qualified exception, in a later read of the session, is a runtime_error of the launch."""
+    launch = bg("torchrun --nproc_per_node 4 scripts/train.py --config c.json", "train")
+    for text in ("[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 31.25 GiB.\n",
+                 "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with exit code 1\n"):
+        read = st("get_session_output", {"session_id": "train"}, f"$ torchrun …\n{text}[session 'train': finished, exit code 1]")
+        m = [x.mask for x in Masker(MaskConfig(), load_tasks=False).mask([traj(launch, read)])[0][0].steps]
+        assert not m[0].keep and m[0].category == "runtime_error" and m[1].keep, text
+    ok = st("get_session_output", {"session_id": "train"}, "$ torchrun …\nstep 100 loss=1.2 (no OutOfMemoryError seen)\n"
+            "[session 'train': finished, exit code 0]")
+    assert all(x.mask.keep for x in Masker(MaskConfig(), load_tasks=False).mask([traj(launch, ok)])[0][0].steps)
+
 def test_nvcc_failure_is_a_compile_error():
     nvcc = run("nvcc -o kern kern.cu", "$ nvcc -o kern kern.cu\nkern.cu(12): error: identifier \"blockDimx\" is undefined\n"
                "1 error detected in the compilation of \"kern.cu\".\n\n[finished, exit code 2]", 2)
