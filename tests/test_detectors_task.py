@@ -394,7 +394,7 @@ def test_a_redirected_job_fails_at_its_launch_and_the_tail_is_kept():
 def test_a_distributed_oom_fails_the_launch_that_started_it():
     """From the fifth research set: the crash of a rank ("[rank2]: torch.OutOfMemoryError: CUDA out of memory"),
     or a module-qualified exception, in a later read of the session, is a runtime_error of the launch."""
-    launch = bg("torchrun --nproc_per_node 4 scripts/train.py --config c.json", "train")
+    launch = bg("torchrun --nproc_per_node 8 scripts/train.py --config c.json", "train")
     for text in ("[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 31.25 GiB.\n",
                  "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with exit code 1\n"):
         read = st("get_session_output", {"session_id": "train"}, f"$ torchrun …\n{text}[session 'train': finished, exit code 1]")
