@@ -343,11 +343,12 @@ def test_violate_instruction_lists_of_paths_default_values_and_eval_precondition
     cap = "cap the data at 120k solutions (not 150k) please"
     assert [(d.kind, d.target, d.values) for d in extract(cap)][0] == ("count", "solutions", {"op": "le", "v": "120k"})
     merge = "cat a.jsonl b.jsonl | shuf | head -n {} > outputs/mix.jsonl\nwc -l outputs/mix.jsonl\n"
-    for n, want in ((150000, [1, 2]), (120000, [])):
+    train = bg("python scripts/train.py --data outputs/mix.jsonl", "train")
+    for n, tail, want in ((150000, [train], [1, 2]), (120000, [train], []), (150000, [], [])):
         t = traj(st("sleep", {"seconds": 1}, "slept", guidance=[cap]),
                  st("create_file", {"path": "outputs/merge.sh", "content": merge.format(n)}, "Created outputs/merge.sh"),
-                 run("bash outputs/merge.sh"))
-        assert sorted(drops(t, "violate_instruction")) == want, n
+                 run("bash outputs/merge.sh"), *tail)  # (no training on it: an intermediate file, no breach)
+        assert sorted(drops(t, "violate_instruction")) == want, (n, tail)
     # "serve with TP=4": `serve.sh [TP]` run with 2 sets its positional TP to 2; with 4 it keeps it
     srv_desc = DESC + "scripts/serve.sh (`bash scripts/serve.sh [TP]`): starts the vLLM server, TP 4 by default.\n"
     for arg, want in (("2", [1]), ("4", []), ("", [])):

@@ -828,6 +828,13 @@ def _count_breaches(f: Facts, d: Directive) -> dict[int, str]:
             text = f.command(j) if f.tools[j] == "run_command" else str(f.args[j].get("content") or "")
             cap = next((int(m.group(1).replace(",", "")) for m in _HEAD_CAP_RE.finditer(text)
                         if int(m.group(1).replace(",", "")) > bound), None)
+            # (as for reported counts: only data a later training run or the evaluation uses; an intermediate
+            # file nobody trains on is no breach)
+            paths = set(re.findall(r"(?:[\w.-]+/)+[\w.-]+\.\w+", text)) if cap is not None else set()
+            if cap is not None and not any(
+                    any(covers(q, e) for e in f.eval_inputs) or any(q in f.command(k) and trains(k) for k in range(j + 1, f.n)
+                                                                    if f.tools[k] == "run_command") for q in paths):
+                cap = None
             if cap is not None:
                 out[j] = f"caps the data at {cap:,} rows (head -n), past the bound of {d.values['v']} ({d.describe()})"
                 if f.tools[j] == "create_file":  # and every run of that script
