@@ -182,6 +182,45 @@ def test_inefficient_inference_in_one_liners_and_shell_loops():
     assert "python -c one-liner" in d[0] and "once per prompt" in d[1] and "shell loop" in d[3]
 
 
+
+OWN_DESC = """# Support data
+## Task
+Select conversations and train the model; leave it in outputs/sft/final/.
+## Environment
+One machine with 8 A100 GPUs. vLLM is not installed.
+## Scripts
+- scripts/pii_scan.py (`python scripts/pii_scan.py --convs data/convs --out FILE`): regexes and NER for emails and phones; writes ids with flags.
+- scripts/label_stats.py (`python scripts/label_stats.py --data data/train.jsonl`): label frequencies (CPU); writes `data/priors.json`.
+- scripts/probe_reward.py (`python scripts/probe_reward.py [--n 1000]`): scores the stored rewrites (`data/probe_rewrites.jsonl`) with the reward.
+- scripts/support_dev.py (`python scripts/support_dev.py --ckpt DIR`): helpfulness and a PII-leak count on 500 dev conversations.
+- scripts/train_sft.sh (`bash scripts/train_sft.sh DATA OUT`): trains the model on 8 GPUs.
+"""
+
+
+def test_own_versions_in_one_liners_and_serial_dev_scorers():
+    """From the sixth research set's dev split: a python -c one-liner that writes the file a provided script's line
+    names, or a file named for it, or works through the input file its line names, is its own version of that
+    script; a one-at-a-time generator over the dev split where the task provides a dev evaluator is that evaluator
+    done again (ignore_script), unless it measures something the evaluator does not (pass@8)."""
+    priors = run("python -c \"import json,collections; c=collections.Counter(); json.dump(c, open('data/priors.json','w'))\"")
+    pii = run("cat data/convs/*.jsonl | python -c \"import sys,re; [print(l) for l in sys.stdin if re.search('@', l)]\" > outputs/pii.tsv")
+    probe = run("python -c \"import json,requests; from src.reward import r; print(sum(r(x) for x in map(json.loads, "
+                "open('data/probe_rewrites.jsonl'))))\"")
+    data = run("python -c \"rows=[l for l in open('outputs/all.jsonl')]; open('outputs/sft_train.jsonl','w').writelines(rows)\"")
+    look = run("python -c \"print(sum(1 for _ in open('data/probe_rewrites.jsonl')))\"")
+    d = drops(traj(priors, pii, probe, run("python scripts/pii_scan.py --convs data/convs --out outputs/p.tsv"), data, look,
+                   desc=OWN_DESC), "ignore_script")
+    assert sorted(d) == [0, 1, 2], d  # (a data file named for the trainer, a count: not the scripts' jobs)
+    assert "scripts/label_stats.py" in d[0] and "scripts/pii_scan.py" in d[1] and "scripts/probe_reward.py" in d[2]
+    serial = ("import json\nfrom transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('ck').cuda()\n"
+              "for l in open('data/dev_convs.jsonl'):\n    print(m.generate(**tok(l, return_tensors='pt')))\n")
+    passk = serial.replace("print(m.generate", "print('pass@8', m.generate")
+    for content, want in ((serial, [0, 1]), (passk, [])):
+        t = traj(st("create_file", {"path": "dev_one.py", "content": content}, "Created dev_one.py"),
+                 run("python dev_one.py"), desc=OWN_DESC)
+        assert sorted(drops(t, "ignore_script")) == want, content[-60:]
+
+
 # ---------------------------------------------------------------------------- improper eval
 def test_a_persistent_server_does_not_make_later_evals_improper():
     t = traj(bg("python -m vllm.entrypoints.openai.api_server --model models/base --port 8000", "srv"),

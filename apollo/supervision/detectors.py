@@ -68,6 +68,7 @@ from typing import Any
 from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
+    INLINE_PY_RE,
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
@@ -287,18 +288,63 @@ def _doc_outputs(doc: str) -> list[re.Pattern[str]]:
     return out
 
 
-def own_version_of(f: Facts, path: str, content: str) -> str | None:
+INLINE = "<python -c>"  # own_version_of's path for the program of a one-liner
+_DEV_READ_RE = re.compile(r"""open\(\s*[fr]?['"][^'"]*\b(?:dev|val|valid|validation)[\w.-]*\.(?:jsonl?|tsv|csv|txt)['"]""")
+_DEV_NAME_RE = re.compile(r"(?i)(?:^|[_/])(?:dev|eval|bench)(?:[_.]|$)")
+
+
+def _dev_evaluator(f: Facts) -> str | None:
+    """The task's one provided dev evaluator (a script named *_dev / eval_* / bench*; None: none or several)."""
+    devs = [s for s in f.scripts if _DEV_NAME_RE.search(os.path.basename(s).rsplit(".", 1)[0])]
+    return devs[0] if len(devs) == 1 else None
+
+
+_OPEN_READ_RE = re.compile(r"""open\(\s*[fr]?['"]([^'"{}]+)['"]\s*\)|open\(\s*[fr]?['"]([^'"{}]+)['"]\s*,\s*['"]r""")
+_WORK_CALL_RE = re.compile(r"\brequests\.(?:get|post)\(|\.generate\(|\bLLM\(|\bpipeline\(|\bfrom\s+(?:src|tools|aug|agent)\.")
+
+
+def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = ()) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
     other: ``decon.py`` / ``decontaminate.py``), by the words of the provided script's line (every word
     of the name, two at least, in it: ``dev_acc.py`` / "bench.py: dev accuracy with vLLM"), or by what it
     writes (a file the provided script's line names as its output, made here, not read)."""
-    if not path.endswith((".py", ".sh")) or path in f.scripts or path in f.inner_scripts or path in f.task_outputs:
+    inline = path == INLINE
+    if not inline and (not path.endswith((".py", ".sh")) or path in f.scripts or path in f.inner_scripts
+                       or path in f.task_outputs):
         return None  # (a script under outputs/ is still the agent's script; one the task asks for is its deliverable)
     if any(s in content or os.path.basename(s) in content for s in f.scripts):
         return None  # a wrapper (run_filter.sh) or a module that imports/calls the provided one
-    if path.endswith(".py") and one_at_a_time(content):
-        return None  # a one-item-at-a-time generator: its fault is inefficient_inference, whatever it redoes
+    if (inline or path.endswith(".py")) and one_at_a_time(content):
+        # a one-item-at-a-time generator: its fault is inefficient_inference, whatever it redoes; unless it runs
+        # the model over the dev split where the task provides a dev evaluator (a scorer done again, serially)
+        ev = _dev_evaluator(f) if _DEV_READ_RE.search(content) else None
+        # (a metric the evaluator's line does not report, e.g. pass@8 beside greedy accuracy, is a new measurement)
+        return ev if ev and _metrics(content.replace("_", " ")) <= _metrics(f.script_docs.get(ev, "").replace("_", " ")) else None
+    if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
+        writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1] + list(redirected)
+        reads = {a or b for a, b in _OPEN_READ_RE.findall(content)}
+        works = bool(writes) or bool(_WORK_CALL_RE.search(content))
+        for s in f.scripts:
+            doc = f.script_docs.get(s, "")
+            if writes and any(rx.match(w) for rx in _doc_outputs(doc) for w in writes):
+                return s
+            if not f.scripts.get(s) and not _doc_outputs(doc) and not _DOC_PATH_RE.search(doc):
+                continue
+            # it writes a file named for what the script is for (pii.tsv / pii_scan.py)
+            theirs = {w for w in _name_words(s) if len(w) >= 3}
+            if f.scripts.get(s) and "train" not in _function_words(s) and not re.search(r"(?i)\btrain", doc) \
+                    and any(_name_words(w) and _name_words(w) <= theirs for w in writes):
+                return s  # (a file named for a trainer is its data: train_longctx.sh / longctx_train.jsonl)
+            # it reads, and works through, the input file the script's line names (data/probe_rewrites.jsonl)
+            if works and any(r in doc for r in reads if "/" in r):
+                return s
+            sig = _option_words(f, s)
+            if len(sig) >= 3 and writes:
+                hits = _prefixed(sig, _code_words(content))
+                if len(hits) >= 3 and 2 * len(hits) >= len(sig):
+                    return s
+        return None
     mine, words = _function_words(path), _name_words(path)
     named = {w for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
     uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
@@ -446,10 +492,17 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             if s:
                 files[path] = s
                 got[i] = (path, s)
-        elif f.tools[i] == "run_command" and files:
+        elif f.tools[i] == "run_command":
             runs = [r for r in f.script_runs(i) if r in files]
             if runs:
                 got[i] = (runs[0], files[runs[0]])
+            elif "-c" in f.command(i) and not f.script_runs(i):  # a python -c one-liner doing a provided script's job
+                for m in INLINE_PY_RE.finditer(f.command(i)):
+                    code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+                    s = own_version_of(f, INLINE, code, f.redirects(i))
+                    if s:
+                        got[i] = ("python -c one-liner", s)
+                        break
     f.__dict__["_own_versions"] = got
     return got
 
@@ -541,7 +594,6 @@ def one_at_a_time(code: str) -> str | None:
     return None
 
 
-_INLINE_PY_RE = re.compile(r"""\bpython3?\s+-c\s+(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""", re.DOTALL)
 _SHELL_LOOP_RE = re.compile(r"(?s)\b(?:for|while)\b[^\n;]*;\s*do\b(.*?)\bdone\b")
 _SHELL_PARALLEL_RE = re.compile(r"\bxargs\b[^|;]*\s-P\s*\d|\bparallel\b|&\s*(?:;|$|\n|done)")
 _CURL_SERVER_RE = re.compile(r"\bcurl\b[^|;]*\bhttps?://")
@@ -554,7 +606,7 @@ def inline_one_at_a_time(cmd: str) -> str | None:
     one request or runs one generation, with nothing in parallel."""
     if "-c" not in cmd and "do" not in cmd:
         return None
-    for m in _INLINE_PY_RE.finditer(cmd):
+    for m in INLINE_PY_RE.finditer(cmd):
         code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
         how = one_at_a_time(code)
         if how:
@@ -563,7 +615,7 @@ def inline_one_at_a_time(cmd: str) -> str | None:
         body = m.group(1)
         if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
             continue
-        inline = " ".join(a or b for a, b in _INLINE_PY_RE.findall(body))
+        inline = " ".join(a or b for a, b in INLINE_PY_RE.findall(body))
         if _CLIENT_CALL_RE.search(inline) or _CURL_SERVER_RE.search(body):
             return "sends one request per iteration of a shell loop, strictly one after another"
         if re.search(r"\.generate\(", inline):

@@ -137,6 +137,9 @@ SCRIPT_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 PY_RUN_RE = re.compile(r"\b(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s+(?:-{1,2}[\w-]+(?:[= ]\S+)?\s+)*?"
                        r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 MODULE_RUN_RE = re.compile(r"\bpython3?\s+(?:-[uBO]+\s+)*-m\s+(?!pip\b)([\w.]+)|(?:^|[\s;&|(])\./([\w./-]+)")
+_QUOTED_RE = re.compile(r""""(?:[^"\\]|\\.)*"|'[^']*'""")
+# the program of a `python -c "…"` one-liner (double quotes: escaped quotes inside) or `python -c '…'`
+INLINE_PY_RE = re.compile(r"""\bpython3?\s+-c\s+(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""", re.DOTALL)
 REDIRECT_RE = re.compile(r"(?<![0-9&<>])(?:[12]?>>?|&>)\s*(?!&|/dev/null)([^\s;&|<>()]+)")
 WRITE_CMD_RE = Gated.derive(re.compile(
     r"(?:^|[\s;&|(])(?:cp|mv|rm|touch|tee|ln|truncate|dd|rsync|unzip|tar\s+-?x\w*|patch|"
@@ -554,7 +557,8 @@ class Facts:
     @per_step
     def redirects(self, i: int) -> tuple[str, ...]:
         cmd = self.command(i)
-        return redirect_targets(_HEREDOC_RE.sub("", cmd)) if ">" in cmd else ()
+        # (a quoted string is no shell: the `p>60:` of a python -c program or an awk script redirects nothing)
+        return redirect_targets(_QUOTED_RE.sub(" ", _HEREDOC_RE.sub("", cmd))) if ">" in cmd else ()
 
     @per_step
     def written_paths(self, i: int) -> tuple[str, ...]:
@@ -574,6 +578,10 @@ class Facts:
                 parts = m.group(1).split()
                 if len(parts) >= 2:
                     out.append(norm_path(parts[-1]))
+        if "-c" in cmd:  # the files a python -c one-liner opens for writing
+            for m in INLINE_PY_RE.finditer(cmd):
+                code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+                out += [p for p in (code_outputs(code, []) or []) if p not in out]
         return tuple(p for p in out if p)
 
     @cached_property
