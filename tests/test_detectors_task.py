@@ -413,6 +413,42 @@ def test_violate_instruction_lists_of_paths_default_values_and_eval_precondition
     assert sorted(drops(t, "violate_instruction")) == [2]
 
 
+
+def test_directives_on_gpu_counts_eval_and_training_preconditions_and_bare_flag_names():
+    """From the sixth research set's dev split: "use all four GPUs for training runs", "eval only after
+    macro_dev.py has written …" / "no eval until support_dev shows …", "dont spend evals on a model that isnt
+    finished training", "run probe_reward.py after every reward change, before any training", "pls use
+    resolved_only" (a provided script's flag without its dashes)."""
+    desc = DESC.replace("8 A100 GPUs", "4 A100 GPUs") + (
+        "scripts/macro_dev.py --ckpt DIR: macro F1 on dev, writes thresholds.json.\n"
+        "scripts/probe_reward.py: scores stored rewrites with the current reward.\n"
+        "scripts/select.py --n N --out FILE [--resolved_only]: selects conversations.\n")
+    g = lambda text: st("sleep", {"seconds": 1}, "slept", guidance=[text])  # noqa: E731
+    two = bg("torchrun --nproc_per_node 2 scripts/train.py --config c.json", "train")
+    four = bg("torchrun --nproc_per_node 4 scripts/train.py --config c.json", "train")
+    gpus = "Also please use all four GPUs for training runs."
+    assert list(drops(traj(g(gpus), two, desc=desc), "violate_instruction")) == [1]
+    assert drops(traj(g(gpus), four, desc=desc), "violate_instruction") == {}
+    dev = run("python scripts/macro_dev.py --ckpt outputs/ckpt")
+    after = "eval only after macro_dev.py has written thresholds.json for that checkpoint!!"
+    assert list(drops(traj(g(after), four, st("sleep", {"seconds": 1800}, "slept"), ev(), desc=desc),
+                       "violate_instruction")) == [3]
+    assert drops(traj(g(after), four, st("sleep", {"seconds": 1800}, "slept"), dev, ev(), desc=desc),
+                 "violate_instruction") == {}
+    unfinished = "dont spend evals on a model that isnt finished training"
+    probe_job = bg("python scripts/probe_reward.py", "probe")
+    assert list(drops(traj(g(unfinished), four, ev(), desc=desc), "violate_instruction")) == [2]
+    assert drops(traj(g(unfinished), probe_job, ev(), desc=desc), "violate_instruction") == {}  # not a training job
+    pre = "Run probe_reward.py after every reward change, before any training."
+    edit = st("edit_file", {"path": "src/reward.py", "start_line": 3, "end_line": 3, "content": "W = 0.5"}, "Edited")
+    probe = run("python scripts/probe_reward.py --n 2000")
+    assert list(drops(traj(g(pre), edit, four, desc=desc), "violate_instruction")) == [2]
+    assert drops(traj(g(pre), edit, probe, four, desc=desc), "violate_instruction") == {}
+    sel = "python scripts/select.py --n 80000 --out outputs/keep.txt"
+    assert list(drops(traj(g("also pls use resolved_only"), run(sel), desc=desc), "violate_instruction")) == [1]
+    assert drops(traj(g("also pls use resolved_only"), run(sel + " --resolved_only"), desc=desc), "violate_instruction") == {}
+
+
 # --------------------------------------------------------------------------- symbolic rules
 def test_a_redirected_job_fails_at_its_launch_and_the_tail_is_kept():
     launch = bg("python scripts/train.py --config c.json > train.log 2>&1", "default")
