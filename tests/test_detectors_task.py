@@ -221,6 +221,34 @@ def test_own_versions_in_one_liners_and_serial_dev_scorers():
         assert sorted(drops(t, "ignore_script")) == want, content[-60:]
 
 
+
+GPU_DESC = """# NER augmentation
+## Task
+Augment the tagger's data and train it; leave it in outputs/ner/final/.
+## Environment
+One machine with 8 A100 GPUs.
+## Scripts
+- `scripts/gen.py` — usage: `python scripts/gen.py --n N --out FILE [--tp 4 --dp 2]`; the 70B model with vLLM, batched.
+- The checker `aug/span_check.py` is run as `python aug/span_check.py --in FILE --out FILE [--orig data/train.conll]`.
+- `scripts/train_ner.sh` — usage: `bash scripts/train_ner.sh DATA OUT [NGPU]`; fine-tunes the tagger on `NGPU` GPUs (default 8).
+- `scripts/macro_dev.py` — run with `python scripts/macro_dev.py --ckpt DIR [--tune_thresholds --gpus 1]`. Macro-F1 on dev.
+"""
+
+
+def test_gpu_counts_from_tp_times_dp_a_positional_ngpu_and_the_usage_line():
+    """From the sixth research set's dev split: --tp 4 --dp 2 is 8 GPUs; `train_ner.sh DATA OUT 2` is 2 of 8; a
+    checker whose line names data/train.conll is no training job; `--gpus 1` where the usage line shows `--gpus 1`
+    is the documented way to run it."""
+    cases = [("python scripts/gen.py --n 10 --out outputs/g.jsonl --tp 4 --dp 2", {}),
+             ("python scripts/gen.py --n 10 --out outputs/g.jsonl --tp 4 --dp 1", {0}),
+             ("bash scripts/train_ner.sh outputs/a.conll outputs/ner 2", {0}),
+             ("bash scripts/train_ner.sh outputs/a.conll outputs/ner 8", {}),
+             ("python aug/span_check.py --in outputs/p.conll --out outputs/p_ok.conll", {}),
+             ("python scripts/macro_dev.py --ckpt outputs/ner/final --tune_thresholds --gpus 1", {})]
+    for cmd, want in cases:
+        assert set(drops(traj(run(cmd), desc=GPU_DESC), "resource_waste")) == set(want), cmd
+
+
 # ---------------------------------------------------------------------------- improper eval
 def test_a_persistent_server_does_not_make_later_evals_improper():
     t = traj(bg("python -m vllm.entrypoints.openai.api_server --model models/base --port 8000", "srv"),

@@ -75,6 +75,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     Gated,
     code_outputs,
     covers,
+    script_args,
     doc_says,
     VLLM_RE,
     Facts,
@@ -861,6 +862,7 @@ _INTERNAL_KW_RE = re.compile(r"(?i)\btensor[_ -]parallel(?:[_ -]size)?\W{0,3}(?:
 _PER_GPU_RE = re.compile(r"(?i)\b(?:one|a)\s+(?:vLLM\s+)?(?:replica|engine|shard|process|worker)\s+per\s+GPU\b|\bon\s+all\s+(?:the\s+)?GPUs\b")
 _GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_node|tensor[_ -]parallel(?:[_-]size)?|"
                         r"data[_-]parallel|\bTP)\W{0,3}(?:of\s+)?(\d+)", re.IGNORECASE)
+_NGPU_POS_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|WORLD_SIZE|NPROC)$")
 _TP_ARG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)(?:=|\s+)(\d+)")
 _DP_ARG_RE = re.compile(r"--(?:data[_-]parallel(?:[_-]size)?|dp|(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
@@ -921,6 +923,9 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     if m:
         return True, len([d for d in m.group(1).split(",") if d.strip()])
     counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
+    tp, dp = _TP_ARG_RE.findall(cmd), _DP_ARG_RE.findall(cmd)
+    if tp and dp:
+        counts.append(max(map(int, tp)) * max(map(int, dp)))  # --tp 4 --dp 2: two replicas of four GPUs
     if _LAUNCHER_RE.search(cmd):
         return True, max(counts) if counts else None
     runs = f.script_runs(i)
@@ -935,10 +940,15 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
                 continue
             if counts:
                 return True, max(counts)
+            sig = signature(doc)
+            if sig is not None and any(_NGPU_POS_RE.match(n) for n in sig.positional):  # `train_sft.sh DATA OUT [NGPU]`
+                pos, _ = script_args(cmd, s, sig)
+                got = [int(v) for n, v in zip(sig.positional, pos) if _NGPU_POS_RE.match(n) and v.isdigit()]
+                if got:
+                    return True, got[0]
             if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
                 kw = [int(x) for x in _GPU_KW_RE.findall(doc)]
                 return True, max(kw) if kw else None
-            sig = signature(doc)
             # an optional flag's number in the usage line is its default, unless the line says it is what to
             # pass ("with `--data_parallel 8` it starts one engine per GPU": left out, one copy runs);
             # tensor parallelism shown is always the default
@@ -970,6 +980,29 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
 
 
 _BUSY = (" is busy", "still running", ": running")
+
+
+def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
+    """Before step ``i``, the agent slept after starting ``job`` (not a server) and then spent an eval: it took
+    the job as finished (the eval scored what it made), so its GPUs count as free."""
+    slept = next((k for k in range(job.step + 1, i) if f.tools[k] == "sleep"), None)
+    return not job.server and slept is not None and any(f.tools[k] == "eval" and f.ok(k) for k in range(slept + 1, i))
+
+
+def _documented_count(f: Facts, i: int, used: int) -> bool:
+    """The command passes the GPU count that the provided script's usage line itself shows
+    (``macro_dev.py --ckpt DIR [--tune_thresholds --gpus 1]`` run with ``--gpus 1``): the documented way to run it."""
+    cmd = f.command(i)
+    for s in f.script_runs(i):
+        sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
+        if sig is None:
+            continue
+        for fl, mv in sig.flags:
+            if mv.isdigit() and int(mv) == used and _GPU_ARG_RE.match(f"{fl} {mv}") and not _TP_ARG_RE.match(f"{fl} {mv}") \
+                    and not _DP_ARG_RE.match(f"{fl} {mv}") \
+                    and re.search(rf"{re.escape(fl)}(?:=|\s+){used}(?!\d)", cmd):
+                return True
+    return False
 
 
 @register("resource_waste", judge_tools=("run_command", "sleep", "check_session_idle", "get_session_output"))
@@ -1009,7 +1042,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             is_job = bool(runs) or f.background(i) or bool(_LAUNCHER_RE.search(cmd))
             gpu, used = gpu_job(f, i) if pool and pool >= 2 else (False, None)
             twin = next((j for j in f.jobs_before[i] if runs and f.background(i) and j.session != f.session(i)
-                         and set(runs) & set(f.script_runs(j.step))), None) if gpu or f.is_server(i) else None
+                         and set(runs) & set(f.script_runs(j.step)) and not _waited_and_evaluated(f, j, i)),
+                        None) if gpu or f.is_server(i) else None
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran the finished job '{short(cmd)}' (step {done_cmds[cmd]}) with nothing changed since"))
@@ -1017,6 +1051,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
+                    and not _documented_count(f, i, used) \
                     and not f.is_server(i) and not any(_CHECK_NAME_RE.search(s) and not _multi_gpu_doc(f, s) for s in runs) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
@@ -1024,8 +1059,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 for j in f.jobs_before[i]:
                     if f._consumes(i, j) and any(f.tools[k] == "sleep" for k in range(j.step + 1, i)):
                         continue  # this command reads what that job wrote, after waiting for it: it has ended
-                    slept = next((k for k in range(j.step + 1, i) if f.tools[k] == "sleep"), None)
-                    if not j.server and slept is not None and any(f.tools[k] == "eval" and f.ok(k) for k in range(slept + 1, i)):
+                    if _waited_and_evaluated(f, j, i):
                         continue  # waited for, then evaluated: the agent took it as finished (its GPUs are free)
                     g, u = gpu_job(f, j.step)
                     busy += (u or pool) if g or j.server else 0

@@ -240,7 +240,7 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 # GPU job's mention of CPU offload or CPU memory
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
-                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|\btrains?\b|\bverl\b")
+                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.-])trains?\b(?![./_-])|\bverl\b")
 
 
 @dataclass(frozen=True)
