@@ -523,6 +523,9 @@ def _hf_generation(code: str) -> bool:
 
 _CONCURRENT_RE = re.compile(r"ThreadPoolExecutor|ProcessPoolExecutor|\basyncio\b|AsyncOpenAI|\bmultiprocessing\b|"
                             r"concurrent\.futures|\baiohttp\b|\.map\(|\bPool\(")
+_GATHER_RE = re.compile(r"\basyncio\.gather\b|\bgather\(|create_task\(|TaskGroup\(|as_completed\(|Semaphore\(|"
+                        r"ThreadPoolExecutor|ProcessPoolExecutor|\bPool\(|\.map\(")
+_PER_ITEM_METHOD_RE = re.compile(r"^(?:\w+_one|\w+_single|predict|classify|score|infer)$")
 _CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.post\(|\bhttpx\.post\(")
 
 
@@ -578,11 +581,24 @@ def one_at_a_time(code: str) -> str | None:
     hf = bool(_HF_CODE_RE.search(code))
     uses_vllm = bool(re.search(r"\bfrom\s+vllm\b|\bimport\s+vllm\b", code))
     concurrent = bool(_CONCURRENT_RE.search(code))
+    gathers = bool(_GATHER_RE.search(code))
+    gpu_model = bool(_GPU_CODE_RE.search(code)) or ".to('cuda')" in code or '.to("cuda")' in code
     for loop in ast.walk(tree):
-        if not isinstance(loop, (ast.For, ast.While, ast.comprehension)) or _loop_iters_batches(loop):
+        if isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            # a comprehension: its element is done once per item
+            if any(_loop_iters_batches(g) for g in loop.generators):
+                continue
+            body = [loop.key, loop.value] if isinstance(loop, ast.DictComp) else [loop.elt]
+        elif isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+            if _loop_iters_batches(loop):
+                continue
+            body = loop.body
+        else:
             continue
-        body = loop.body if hasattr(loop, "body") else []
         for node in (n for b in body for n in ast.walk(b)):
+            if isinstance(node, ast.Await) and isinstance(node.value, ast.Call) and not gathers \
+                    and isinstance(loop, (ast.For, ast.AsyncFor)):
+                return f"awaits {ast.unparse(node.value.func)}() for each item in turn (no gather, no tasks)"
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             src = ast.unparse(node.func)
@@ -592,6 +608,8 @@ def one_at_a_time(code: str) -> str | None:
                 return f"calls transformers {src}() once per sample inside a loop"
             if _CLIENT_CALL_RE.search(src + "(") and not concurrent:
                 return f"sends one request at a time ({src}) in a loop, with no concurrency"
+            if gpu_model and _PER_ITEM_METHOD_RE.match(node.func.attr):
+                return f"calls the model's {src}() once per item inside a loop"
     return None
 
 
