@@ -179,6 +179,7 @@ def test_inefficient_inference_in_one_liners_and_shell_loops():
     curl_loop = "while read id; do curl -s http://localhost:8000/v1/completions -d @$id.json; done < ids.txt"
     d = drops(traj(run(hf), run(vl), run(batched), run(loop), run(par), run(curl_loop), facts=POOL8), "inefficient_inference")
     assert sorted(d) == [0, 1, 3, 5], d
+    assert "python -c one-liner" in d[0] and "once per prompt" in d[1] and "shell loop" in d[3]
     # a comprehension that calls the GPU model once per row; an asyncio loop that awaits each item in turn
     comp = ("python -c \"import json; m=load('ck').cuda(); rows=[json.loads(l) for l in open('dev.jsonl')]; "
             "print([m.predict_one(r['text']) for r in rows])\"")
@@ -189,7 +190,6 @@ def test_inefficient_inference_in_one_liners_and_shell_loops():
     d = drops(traj(run(comp), st("create_file", {"path": "peek.py", "content": serial}, "Created"),
                    st("create_file", {"path": "fast.py", "content": gathered}, "Created"), facts=POOL8), "inefficient_inference")
     assert sorted(d) == [0, 1] and "predict_one" in d[0] and "awaits solve()" in d[1], d
-    assert "python -c one-liner" in d[0] and "once per prompt" in d[1] and "shell loop" in d[3]
 
 
 
