@@ -765,6 +765,7 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             continue
         nxt = f"the next eval (step {pos1})" if pos1 < f.n else "the final eval"
         ran.update(_shape(f.command(j)) for j in before)
+        ran.update(pt for j in before for pt in _part_shapes(f.command(j)))
         before = []
         causes = []
         end = min(pos1, f.n)
@@ -774,9 +775,11 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             tool = f.tools[i]
             if tool == "run_command":
                 cmd = _shape(f.command(i))
-                if cmd in ran:
+                parts = _script_parts(f.command(i))
+                if cmd in ran or (parts and all(pt in ran for pt in parts)):
                     continue  # a re-run / retrain of a command run before (new data paths): carries the change out
                 ran.add(cmd)
+                ran.update(_part_shapes(f.command(i)))
                 if not _feeds_result(f, i, end):
                     continue
             elif tool == "create_file" and not f.obs[i].startswith("Overwrote") \
@@ -792,13 +795,32 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
 
 
 @lru_cache(maxsize=4096)
+def _script_parts(cmd: str) -> tuple[str, ...]:
+    """The shapes of the parts of a compound command (``a && b; c``) that runs a script: ``span_check.py … &&
+    cat … && train_ner.sh …`` re-runs what earlier steps ran part by part."""
+    parts = [p.strip() for p in re.split(r"&&|\|\||;|\n", cmd) if p.strip()]
+    if len(parts) < 2 or not any(re.search(r"\.(?:py|sh)\b", p) for p in parts):
+        return ()
+    return tuple(_shape(p) for p in parts)  # (every part: a `cat` of other files is a new data mix)
+
+
+@lru_cache(maxsize=4096)
+def _part_shapes(cmd: str) -> tuple[str, ...]:
+    """The shapes of every part of a command (what later compound commands are compared with)."""
+    return tuple(_shape(p.strip()) for p in re.split(r"&&|\|\||;|\n", cmd) if p.strip())
+
+
+@lru_cache(maxsize=4096)
 def _shape(cmd: str) -> str:
     """A command with its file paths blanked: ``launch_sft.sh outputs/train_v3.jsonl outputs/fc_sft`` has the
     shape of ``launch_sft.sh outputs/train_v2.jsonl outputs/fc_sft`` (a retrain on new data); flags and
     values that are not paths still tell commands apart (``--sort ppl`` vs ``--sort q_score``)."""
     toks = cmd.split()
     head = next((k for k, t in enumerate(toks) if t.endswith((".py", ".sh"))), -1)
-    return " ".join(t if k <= head or not ("/" in t or re.search(r"\.\w{2,5}$", t)) else "<path>"
+    # (a bare integer argument after the script is a count of GPUs or workers: `train_sft.sh DATA OUT 8` retrains
+    # what `… 4` trained; a flag's value, `--epochs 3`, still tells commands apart)
+    return " ".join(t if k <= head or not ("/" in t or re.search(r"\.\w{2,5}$", t)
+                                           or (t.isdigit() and not toks[k - 1].startswith("-"))) else "<path>"
                     for k, t in enumerate(toks))
 
 
