@@ -753,12 +753,22 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
     before: list[int] = []  # their steps (shapes computed only once a regression needs them)
     last = 0
     carried: list[int] = []  # jobs still running at an eval: the eval did not measure them, the next one does
+    carried_edits: set[int] = set()  # the edits such a job carries out
     for (pos0, s0), (pos1, s1) in zip(evals, evals[1:]):
         best = max(best, s0)
         before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.ok(j) and j not in carried]
         # jobs started since this eval and still running at the next one: that eval does not measure them
         unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0}
-        window = sorted((set(carried) | set(range(pos0 + 1, min(pos1, f.n)))) - unmeasured)
+        window = set(carried) | set(range(pos0 + 1, min(pos1, f.n)))
+        held = set(carried_edits)  # edits carried over: a cause only where the window has no change of its own
+        if unmeasured:  # the edits that a job still running at the next eval carries out are not measured by it either
+            first = min(unmeasured)
+            carried_edits = {k for k in window if k < first and f.tools[k] in ("edit_file", "create_file")
+                             and not any(f.writes[m] and f.tools[m] == "run_command" for m in range(k + 1, first))}
+            unmeasured |= carried_edits
+        else:
+            carried_edits = set()
+        window = sorted(window - unmeasured)
         carried = sorted(unmeasured)
         last = pos0 + 1
         if best < p.regression_high_score or s1 >= best - p.regression_min_drop:
@@ -786,6 +796,8 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                     and norm_path(f.args[i].get("path")).endswith((".py", ".sh")):
                 continue  # a new script changes nothing until it runs (its run is judged)
             causes.append(i)
+        if any(i not in held for i in causes) or any(k in breaches for k in held):
+            causes = [i for i in causes if i not in held]  # (a breach among those edits names the drop: violate_instruction)
         for i in causes:
             when = f"after the eval at step {pos0}" if i > pos0 else \
                 f"with a job still running at the eval at step {pos0} (which did not measure it)"
