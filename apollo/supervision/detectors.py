@@ -320,8 +320,14 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         # a one-item-at-a-time generator: its fault is inefficient_inference, whatever it redoes; unless it runs
         # the model over the dev split where the task provides a dev evaluator (a scorer done again, serially)
         ev = _dev_evaluator(f) if _DEV_READ_RE.search(content) else None
-        # (a metric the evaluator's line does not report, e.g. pass@8 beside greedy accuracy, is a new measurement)
-        return ev if ev and _metrics(content.replace("_", " ")) <= _metrics(f.script_docs.get(ev, "").replace("_", " ")) else None
+        if ev is None:
+            return None
+        mine, theirs = _metrics(content.replace("_", " ")), _metrics(f.script_docs.get(ev, "").replace("_", " "))
+        # (a metric the evaluator's line does not report, e.g. pass@8 beside greedy accuracy, is a new measurement;
+        # a nameless one-liner must report one of the evaluator's metrics, a file be named as a dev run)
+        if not mine <= theirs or not (mine & theirs or (not inline and _DEV_NAME_RE.search(os.path.basename(path).rsplit(".", 1)[0]))):
+            return None
+        return ev
     if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
         writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1] + list(redirected)
         reads = {a or b for a, b in _OPEN_READ_RE.findall(content)}
