@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research5``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research6``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -16,7 +16,8 @@ from apollo.schema import Trajectory
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_research2", FIX / "blind_research3",
-                                        FIX / "blind_research4", FIX / "blind_research5"], ids=lambda p: p.name)
+                                        FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6"],
+                          ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
 # meant 11 performance_regression cases; its labeler labeled 4, two of them among the author's 11, and kept the
@@ -87,7 +88,10 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
     ("blind_research3", None, 115, 0.93, 0.93),   # all 537 actions; 0.96 / 0.83 before the third round, 0.98 / 0.97 now
     ("blind_research4", "test", 57, 0.80, 0.80),  # held out from rounds 1-4: 0.71 / 0.82 before, 0.89 / 0.88 after the
                                                   # fourth round (tuned on its dev split); round 5 was tuned on it
-    ("blind_research5", "test", 64, 0.85, 0.75),  # held out from rounds 1-6: 0.91 / 0.80; 0.96 / 0.80 after the task_147 parser fix
+    ("blind_research5", "test", 64, 0.85, 0.75),  # held out from rounds 1-6: 0.91 / 0.80; 0.96 / 0.80 after the task_147 parser fix;
+                                                  # 0.97 / 0.91 after round 7 (2026-12-05, tuned on all of it)
+    ("blind_research6", "test", 62, 0.88, 0.80),  # held out from round 7 (tuned on its dev split only): 0.91 / 0.84 at 12c1c0a;
+                                                  # the masker before round 7: 0.85 / 0.84
 ])
 def test_the_masker_holds_its_quality_on_the_held_out_sets(name, split, support, floor_p, floor_r):
     from apollo.supervision.facts import load_task_infos

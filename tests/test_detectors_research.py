@@ -165,6 +165,26 @@ def test_the_edit_is_the_regression_not_the_retrain_that_carries_it_out():
     d = drops(t(*steps, evals=[EvalRecord(step=2, score=38.2), EvalRecord(step=6, score=31.5)]),
               "performance_regression")
     assert list(d) == [3] and "best so far 38.2" in d[3]  # from 38.2 (below the old 50 floor) to 31.5
+    # (sixth research set) a retrain on another GPU count, and a compound command whose parts all ran before, carry
+    # the edit out; a compound command with a new part (another data mix) is a change of its own
+    t4 = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt 4", "train")
+    t8 = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt 8", "train")
+    mix = run("cat data/a.jsonl outputs/b.jsonl > outputs/sft.jsonl")
+    again = bg("python scripts/check.py --in outputs/b.jsonl && cat data/a.jsonl outputs/b.jsonl > outputs/sft.jsonl && "
+               "bash scripts/train.sh outputs/sft.jsonl outputs/ckpt 8", "train")
+    other = bg("python scripts/check.py --in outputs/b.jsonl && cat data/a.jsonl outputs/b.jsonl outputs/c.jsonl > "
+               "outputs/sft.jsonl && bash scripts/train.sh outputs/sft.jsonl outputs/ckpt 8", "train")
+    check = run("python scripts/check.py --in outputs/b.jsonl")
+    for retrain, want in ((t8, [3]), (again, [3]), (other, [3, 4])):
+        steps = [check, mix, t4, idle("train"), ev(), edit, retrain, idle("train"), ev()]
+        d = drops(t(*steps, evals=[EvalRecord(step=4, score=38.2), EvalRecord(step=8, score=31.5)]), "performance_regression")
+        assert sorted(d) == [w + 2 for w in want], (retrain.action.arguments["command"], d)
+    # (sixth set) an edit, its retrain launched and an eval seconds later (the old model, same score): the final eval
+    # measures the edit, which is the regression
+    steps = [t4, idle("train"), ev(), edit, t8, ev(), st("finish", {}, "Finished.")]
+    d = drops(t(*steps, evals=[EvalRecord(step=2, score=58.2), EvalRecord(step=5, score=58.2), EvalRecord(step=6, score=46.5, forced=True)]),
+              "performance_regression")
+    assert list(d) == [3], d
 
 
 # ---------------------------------------------------------------------- violate instruction

@@ -68,12 +68,14 @@ from typing import Any
 from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
+    INLINE_PY_RE,
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
     Gated,
     code_outputs,
     covers,
+    script_args,
     doc_says,
     VLLM_RE,
     Facts,
@@ -287,18 +289,69 @@ def _doc_outputs(doc: str) -> list[re.Pattern[str]]:
     return out
 
 
-def own_version_of(f: Facts, path: str, content: str) -> str | None:
+INLINE = "<python -c>"  # own_version_of's path for the program of a one-liner
+_DEV_READ_RE = re.compile(r"""open\(\s*[fr]?['"][^'"]*\b(?:dev|val|valid|validation)[\w.-]*\.(?:jsonl?|tsv|csv|txt)['"]""")
+_DEV_NAME_RE = re.compile(r"(?i)(?:^|[_/])(?:dev|eval|bench)(?:[_.]|$)")
+
+
+def _dev_evaluator(f: Facts) -> str | None:
+    """The task's one provided dev evaluator (a script named *_dev / eval_* / bench*; None: none or several)."""
+    devs = [s for s in f.scripts if _DEV_NAME_RE.search(os.path.basename(s).rsplit(".", 1)[0])]
+    return devs[0] if len(devs) == 1 else None
+
+
+_OPEN_READ_RE = re.compile(r"""open\(\s*[fr]?['"]([^'"{}]+)['"]\s*\)|open\(\s*[fr]?['"]([^'"{}]+)['"]\s*,\s*['"]r""")
+_WORK_CALL_RE = re.compile(r"\brequests\.(?:get|post)\(|\.generate\(|\bLLM\(|\bpipeline\(|\bfrom\s+(?:src|tools|aug|agent)\.")
+
+
+def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = ()) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
     other: ``decon.py`` / ``decontaminate.py``), by the words of the provided script's line (every word
     of the name, two at least, in it: ``dev_acc.py`` / "bench.py: dev accuracy with vLLM"), or by what it
     writes (a file the provided script's line names as its output, made here, not read)."""
-    if not path.endswith((".py", ".sh")) or path in f.scripts or path in f.inner_scripts or path in f.task_outputs:
+    inline = path == INLINE
+    if not inline and (not path.endswith((".py", ".sh")) or path in f.scripts or path in f.inner_scripts
+                       or path in f.task_outputs):
         return None  # (a script under outputs/ is still the agent's script; one the task asks for is its deliverable)
     if any(s in content or os.path.basename(s) in content for s in f.scripts):
         return None  # a wrapper (run_filter.sh) or a module that imports/calls the provided one
-    if path.endswith(".py") and one_at_a_time(content):
-        return None  # a one-item-at-a-time generator: its fault is inefficient_inference, whatever it redoes
+    if (inline or path.endswith(".py")) and one_at_a_time(content):
+        # a one-item-at-a-time generator: its fault is inefficient_inference, whatever it redoes; unless it runs
+        # the model over the dev split where the task provides a dev evaluator (a scorer done again, serially)
+        ev = _dev_evaluator(f) if _DEV_READ_RE.search(content) else None
+        if ev is None:
+            return None
+        mine, theirs = _metrics(content.replace("_", " ")), _metrics(f.script_docs.get(ev, "").replace("_", " "))
+        # (a metric the evaluator's line does not report, e.g. pass@8 beside greedy accuracy, is a new measurement;
+        # a nameless one-liner must report one of the evaluator's metrics, a file be named as a dev run)
+        if not mine <= theirs or not (mine & theirs or (not inline and _DEV_NAME_RE.search(os.path.basename(path).rsplit(".", 1)[0]))):
+            return None
+        return ev
+    if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
+        writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1] + list(redirected)
+        reads = {a or b for a, b in _OPEN_READ_RE.findall(content)}
+        works = bool(writes) or bool(_WORK_CALL_RE.search(content))
+        for s in f.scripts:
+            doc = f.script_docs.get(s, "")
+            if writes and any(rx.match(w) for rx in _doc_outputs(doc) for w in writes):
+                return s
+            if not f.scripts.get(s) and not _doc_outputs(doc) and not _DOC_PATH_RE.search(doc):
+                continue
+            # it writes a file named for what the script is for (pii.tsv / pii_scan.py)
+            theirs = {w for w in _name_words(s) if len(w) >= 3}
+            if f.scripts.get(s) and "train" not in _function_words(s) and not re.search(r"(?i)\btrain", doc) \
+                    and any(_name_words(w) and _name_words(w) <= theirs for w in writes):
+                return s  # (a file named for a trainer is its data: train_longctx.sh / longctx_train.jsonl)
+            # it reads, and works through, the input file the script's line names (data/probe_rewrites.jsonl)
+            if works and any(r in doc for r in reads if "/" in r):
+                return s
+            sig = _option_words(f, s)
+            if len(sig) >= 3 and writes:
+                hits = _prefixed(sig, _code_words(content))
+                if len(hits) >= 3 and 2 * len(hits) >= len(sig):
+                    return s
+        return None
     mine, words = _function_words(path), _name_words(path)
     named = {w for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
     uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
@@ -446,10 +499,17 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             if s:
                 files[path] = s
                 got[i] = (path, s)
-        elif f.tools[i] == "run_command" and files:
+        elif f.tools[i] == "run_command":
             runs = [r for r in f.script_runs(i) if r in files]
             if runs:
                 got[i] = (runs[0], files[runs[0]])
+            elif "-c" in f.command(i) and not f.script_runs(i):  # a python -c one-liner doing a provided script's job
+                for m in INLINE_PY_RE.finditer(f.command(i)):
+                    code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+                    s = own_version_of(f, INLINE, code, f.redirects(i))
+                    if s:
+                        got[i] = ("python -c one-liner", s)
+                        break
     f.__dict__["_own_versions"] = got
     return got
 
@@ -469,6 +529,9 @@ def _hf_generation(code: str) -> bool:
 
 _CONCURRENT_RE = re.compile(r"ThreadPoolExecutor|ProcessPoolExecutor|\basyncio\b|AsyncOpenAI|\bmultiprocessing\b|"
                             r"concurrent\.futures|\baiohttp\b|\.map\(|\bPool\(")
+_GATHER_RE = re.compile(r"\basyncio\.gather\b|\bgather\(|create_task\(|TaskGroup\(|as_completed\(|Semaphore\(|"
+                        r"ThreadPoolExecutor|ProcessPoolExecutor|\bPool\(|\.map\(")
+_PER_ITEM_METHOD_RE = re.compile(r"^(?:\w+_one|\w+_single|predict|classify|score|infer)$")
 _CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.post\(|\bhttpx\.post\(")
 
 
@@ -524,11 +587,24 @@ def one_at_a_time(code: str) -> str | None:
     hf = bool(_HF_CODE_RE.search(code))
     uses_vllm = bool(re.search(r"\bfrom\s+vllm\b|\bimport\s+vllm\b", code))
     concurrent = bool(_CONCURRENT_RE.search(code))
+    gathers = bool(_GATHER_RE.search(code))
+    gpu_model = bool(_GPU_CODE_RE.search(code)) or ".to('cuda')" in code or '.to("cuda")' in code
     for loop in ast.walk(tree):
-        if not isinstance(loop, (ast.For, ast.While, ast.comprehension)) or _loop_iters_batches(loop):
+        if isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            # a comprehension: its element is done once per item
+            if any(_loop_iters_batches(g) for g in loop.generators):
+                continue
+            body = [loop.key, loop.value] if isinstance(loop, ast.DictComp) else [loop.elt]
+        elif isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+            if _loop_iters_batches(loop):
+                continue
+            body = loop.body
+        else:
             continue
-        body = loop.body if hasattr(loop, "body") else []
         for node in (n for b in body for n in ast.walk(b)):
+            if isinstance(node, ast.Await) and isinstance(node.value, ast.Call) and not gathers \
+                    and isinstance(loop, (ast.For, ast.AsyncFor)):
+                return f"awaits {ast.unparse(node.value.func)}() for each item in turn (no gather, no tasks)"
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             src = ast.unparse(node.func)
@@ -538,6 +614,37 @@ def one_at_a_time(code: str) -> str | None:
                 return f"calls transformers {src}() once per sample inside a loop"
             if _CLIENT_CALL_RE.search(src + "(") and not concurrent:
                 return f"sends one request at a time ({src}) in a loop, with no concurrency"
+            if gpu_model and _PER_ITEM_METHOD_RE.match(node.func.attr):
+                return f"calls the model's {src}() once per item inside a loop"
+    return None
+
+
+_SHELL_LOOP_RE = re.compile(r"(?s)\b(?:for|while)\b[^\n;]*;\s*do\b(.*?)\bdone\b")
+_SHELL_PARALLEL_RE = re.compile(r"\bxargs\b[^|;]*\s-P\s*\d|\bparallel\b|&\s*(?:;|$|\n|done)")
+_CURL_SERVER_RE = re.compile(r"\bcurl\b[^|;]*\bhttps?://")
+
+
+@lru_cache(maxsize=4096)
+def inline_one_at_a_time(cmd: str) -> str | None:
+    """How a command generates one sample at a time by itself (None: it does not): the code of a
+    ``python -c`` one-liner that loops (:func:`one_at_a_time`), or a shell loop whose every iteration sends
+    one request or runs one generation, with nothing in parallel."""
+    if "-c" not in cmd and "do" not in cmd:
+        return None
+    for m in INLINE_PY_RE.finditer(cmd):
+        code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+        how = one_at_a_time(code)
+        if how:
+            return f"(a python -c one-liner) {how}"
+    for m in _SHELL_LOOP_RE.finditer(cmd):
+        body = m.group(1)
+        if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
+            continue
+        inline = " ".join(a or b for a, b in INLINE_PY_RE.findall(body))
+        if _CLIENT_CALL_RE.search(inline) or _CURL_SERVER_RE.search(body):
+            return "sends one request per iteration of a shell loop, strictly one after another"
+        if re.search(r"\.generate\(", inline):
+            return "starts one process per sample in a shell loop, each generating one output"
     return None
 
 
@@ -564,6 +671,10 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
                 and ("transformers" not in h or f.vllm_available or (f.gpus or 0) >= 1)]
         if slow:
             out.append(_drop(i, "inefficient_inference", f"runs {slow[0][0]}, which {slow[0][1]}"))
+            continue
+        how = inline_one_at_a_time(cmd)
+        if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
+            out.append(_drop(i, "inefficient_inference", f"runs a command that {how}"))
             continue
         if not f.vllm_available:
             continue
@@ -648,18 +759,29 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
     before: list[int] = []  # their steps (shapes computed only once a regression needs them)
     last = 0
     carried: list[int] = []  # jobs still running at an eval: the eval did not measure them, the next one does
+    carried_edits: set[int] = set()  # the edits such a job carries out
     for (pos0, s0), (pos1, s1) in zip(evals, evals[1:]):
         best = max(best, s0)
         before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.ok(j) and j not in carried]
         # jobs started since this eval and still running at the next one: that eval does not measure them
         unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0}
-        window = sorted((set(carried) | set(range(pos0 + 1, min(pos1, f.n)))) - unmeasured)
+        window = set(carried) | set(range(pos0 + 1, min(pos1, f.n)))
+        held = set(carried_edits)  # edits carried over: a cause only where the window has no change of its own
+        if unmeasured:  # the edits that a job still running at the next eval carries out are not measured by it either
+            first = min(unmeasured)
+            carried_edits = {k for k in window if k < first and f.tools[k] in ("edit_file", "create_file")
+                             and not any(f.writes[m] and f.tools[m] == "run_command" for m in range(k + 1, first))}
+            unmeasured |= carried_edits
+        else:
+            carried_edits = set()
+        window = sorted(window - unmeasured)
         carried = sorted(unmeasured)
         last = pos0 + 1
         if best < p.regression_high_score or s1 >= best - p.regression_min_drop:
             continue
         nxt = f"the next eval (step {pos1})" if pos1 < f.n else "the final eval"
         ran.update(_shape(f.command(j)) for j in before)
+        ran.update(pt for j in before for pt in _part_shapes(f.command(j)))
         before = []
         causes = []
         end = min(pos1, f.n)
@@ -669,15 +791,19 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             tool = f.tools[i]
             if tool == "run_command":
                 cmd = _shape(f.command(i))
-                if cmd in ran:
+                parts = _script_parts(f.command(i))
+                if cmd in ran or (parts and all(pt in ran for pt in parts)):
                     continue  # a re-run / retrain of a command run before (new data paths): carries the change out
                 ran.add(cmd)
+                ran.update(_part_shapes(f.command(i)))
                 if not _feeds_result(f, i, end):
                     continue
             elif tool == "create_file" and not f.obs[i].startswith("Overwrote") \
                     and norm_path(f.args[i].get("path")).endswith((".py", ".sh")):
                 continue  # a new script changes nothing until it runs (its run is judged)
             causes.append(i)
+        if any(i not in held for i in causes) or any(k in breaches for k in held):
+            causes = [i for i in causes if i not in held]  # (a breach among those edits names the drop: violate_instruction)
         for i in causes:
             when = f"after the eval at step {pos0}" if i > pos0 else \
                 f"with a job still running at the eval at step {pos0} (which did not measure it)"
@@ -687,13 +813,32 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
 
 
 @lru_cache(maxsize=4096)
+def _script_parts(cmd: str) -> tuple[str, ...]:
+    """The shapes of the parts of a compound command (``a && b; c``) that runs a script: ``span_check.py … &&
+    cat … && train_ner.sh …`` re-runs what earlier steps ran part by part."""
+    parts = [p.strip() for p in re.split(r"&&|\|\||;|\n", cmd) if p.strip()]
+    if len(parts) < 2 or not any(re.search(r"\.(?:py|sh)\b", p) for p in parts):
+        return ()
+    return tuple(_shape(p) for p in parts)  # (every part: a `cat` of other files is a new data mix)
+
+
+@lru_cache(maxsize=4096)
+def _part_shapes(cmd: str) -> tuple[str, ...]:
+    """The shapes of every part of a command (what later compound commands are compared with)."""
+    return tuple(_shape(p.strip()) for p in re.split(r"&&|\|\||;|\n", cmd) if p.strip())
+
+
+@lru_cache(maxsize=4096)
 def _shape(cmd: str) -> str:
     """A command with its file paths blanked: ``launch_sft.sh outputs/train_v3.jsonl outputs/fc_sft`` has the
     shape of ``launch_sft.sh outputs/train_v2.jsonl outputs/fc_sft`` (a retrain on new data); flags and
     values that are not paths still tell commands apart (``--sort ppl`` vs ``--sort q_score``)."""
     toks = cmd.split()
     head = next((k for k, t in enumerate(toks) if t.endswith((".py", ".sh"))), -1)
-    return " ".join(t if k <= head or not ("/" in t or re.search(r"\.\w{2,5}$", t)) else "<path>"
+    # (a bare integer argument after the script is a count of GPUs or workers: `train_sft.sh DATA OUT 8` retrains
+    # what `… 4` trained; a flag's value, `--epochs 3`, still tells commands apart)
+    return " ".join(t if k <= head or not ("/" in t or re.search(r"\.\w{2,5}$", t)
+                                           or (t.isdigit() and not toks[k - 1].startswith("-"))) else "<path>"
                     for k, t in enumerate(toks))
 
 
@@ -775,6 +920,7 @@ _INTERNAL_KW_RE = re.compile(r"(?i)\btensor[_ -]parallel(?:[_ -]size)?\W{0,3}(?:
 _PER_GPU_RE = re.compile(r"(?i)\b(?:one|a)\s+(?:vLLM\s+)?(?:replica|engine|shard|process|worker)\s+per\s+GPU\b|\bon\s+all\s+(?:the\s+)?GPUs\b")
 _GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_node|tensor[_ -]parallel(?:[_-]size)?|"
                         r"data[_-]parallel|\bTP)\W{0,3}(?:of\s+)?(\d+)", re.IGNORECASE)
+_NGPU_POS_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|WORLD_SIZE|NPROC)$")
 _TP_ARG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)(?:=|\s+)(\d+)")
 _DP_ARG_RE = re.compile(r"--(?:data[_-]parallel(?:[_-]size)?|dp|(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
@@ -795,6 +941,7 @@ def _multi_gpu_doc(f: Facts, script: str) -> bool:
     return any(int(n) >= 2 for n in _GPU_KW_RE.findall(doc)) or bool(_N_GPUS_DOC_RE.search(doc) or _PER_GPU_RE.search(doc))
 
 
+_ALL_N_GPUS_RE = re.compile(r"(?i)\b(?:on|across|over)\s+(?:all\s+)?(?:the\s+)?(?:[2-9]|[1-9]\d)\s+GPUs\b")  # "on all 8 GPUs"
 _N_GPUS_DOC_RE = re.compile(r"(?i)\b(?:[2-9]|[1-9]\d)\s+GPUs\b")  # "(HF generate, batched, 8 GPUs, about 10 minutes)"
 
 
@@ -834,24 +981,32 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     if m:
         return True, len([d for d in m.group(1).split(",") if d.strip()])
     counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
+    tp, dp = _TP_ARG_RE.findall(cmd), _DP_ARG_RE.findall(cmd)
+    if tp and dp:
+        counts.append(max(map(int, tp)) * max(map(int, dp)))  # --tp 4 --dp 2: two replicas of four GPUs
     if _LAUNCHER_RE.search(cmd):
         return True, max(counts) if counts else None
     runs = f.script_runs(i)
     for s in runs:
         doc = f.script_docs.get(s)
         if doc is not None:
-            if doc_says(CPU_DOC_RE, doc):
-                continue  # a CPU tool
+            if doc_says(CPU_DOC_RE, doc) and not doc_says(_ALL_N_GPUS_RE, doc):
+                continue  # a CPU tool (a GPU job whose line also names the CPU server its workers use is not)
             if not doc_says(GPU_DOC_RE, doc):  # the task does not say: a training/inference job by its name
                 if _GPU_JOB_RE.search(os.path.basename(s)):
                     return True, max(counts) if counts else 1
                 continue
             if counts:
                 return True, max(counts)
+            sig = signature(doc)
+            if sig is not None and any(_NGPU_POS_RE.match(n) for n in sig.positional):  # `train_sft.sh DATA OUT [NGPU]`
+                pos, _ = script_args(cmd, s, sig)
+                got = [int(v) for n, v in zip(sig.positional, pos) if _NGPU_POS_RE.match(n) and v.isdigit()]
+                if got:
+                    return True, got[0]
             if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
                 kw = [int(x) for x in _GPU_KW_RE.findall(doc)]
                 return True, max(kw) if kw else None
-            sig = signature(doc)
             # an optional flag's number in the usage line is its default, unless the line says it is what to
             # pass ("with `--data_parallel 8` it starts one engine per GPU": left out, one copy runs);
             # tensor parallelism shown is always the default
@@ -883,6 +1038,29 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
 
 
 _BUSY = (" is busy", "still running", ": running")
+
+
+def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
+    """Before step ``i``, the agent slept after starting ``job`` (not a server) and then spent an eval: it took
+    the job as finished (the eval scored what it made), so its GPUs count as free."""
+    slept = next((k for k in range(job.step + 1, i) if f.tools[k] == "sleep"), None)
+    return not job.server and slept is not None and any(f.tools[k] == "eval" and f.ok(k) for k in range(slept + 1, i))
+
+
+def _documented_count(f: Facts, i: int, used: int) -> bool:
+    """The command passes the GPU count that the provided script's usage line itself shows
+    (``macro_dev.py --ckpt DIR [--tune_thresholds --gpus 1]`` run with ``--gpus 1``): the documented way to run it."""
+    cmd = f.command(i)
+    for s in f.script_runs(i):
+        sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
+        if sig is None:
+            continue
+        for fl, mv in sig.flags:
+            if mv.isdigit() and int(mv) == used and _GPU_ARG_RE.match(f"{fl} {mv}") and not _TP_ARG_RE.match(f"{fl} {mv}") \
+                    and not _DP_ARG_RE.match(f"{fl} {mv}") \
+                    and re.search(rf"{re.escape(fl)}(?:=|\s+){used}(?!\d)", cmd):
+                return True
+    return False
 
 
 @register("resource_waste", judge_tools=("run_command", "sleep", "check_session_idle", "get_session_output"))
@@ -922,7 +1100,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             is_job = bool(runs) or f.background(i) or bool(_LAUNCHER_RE.search(cmd))
             gpu, used = gpu_job(f, i) if pool and pool >= 2 else (False, None)
             twin = next((j for j in f.jobs_before[i] if runs and f.background(i) and j.session != f.session(i)
-                         and set(runs) & set(f.script_runs(j.step))), None) if gpu or f.is_server(i) else None
+                         and set(runs) & set(f.script_runs(j.step)) and not _waited_and_evaluated(f, j, i)),
+                        None) if gpu or f.is_server(i) else None
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran the finished job '{short(cmd)}' (step {done_cmds[cmd]}) with nothing changed since"))
@@ -930,6 +1109,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
+                    and not _documented_count(f, i, used) \
                     and not f.is_server(i) and not any(_CHECK_NAME_RE.search(s) and not _multi_gpu_doc(f, s) for s in runs) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
@@ -937,6 +1117,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 for j in f.jobs_before[i]:
                     if f._consumes(i, j) and any(f.tools[k] == "sleep" for k in range(j.step + 1, i)):
                         continue  # this command reads what that job wrote, after waiting for it: it has ended
+                    if _waited_and_evaluated(f, j, i):
+                        continue  # waited for, then evaluated: the agent took it as finished (its GPUs are free)
                     g, u = gpu_job(f, j.step)
                     busy += (u or pool) if g or j.server else 0
                 free = max(0, pool - busy)
@@ -1000,6 +1182,20 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
 
 
+def _feeds_eval(f: Facts, i: int) -> bool:
+    """Step ``i`` may change what the evaluation scores: any command that writes, and an edit or a created file
+    where the task's Evaluation section names its inputs (``outputs/proj/final``) only when it writes one of
+    them (with the inputs unknown, every edit). An edit of a config alone changes no checkpoint until a job
+    runs with it."""
+    if not f.writes[i]:
+        return False
+    if not f.eval_inputs:
+        return True
+    if f.tools[i] not in ("edit_file", "create_file"):
+        return True  # a command: what a job writes is guessed from usage lines, too loosely to rule out
+    return any(covers(w, e) for w in f.written_paths(i) for e in f.eval_inputs)
+
+
 @register("improper_eval", judge_tools=("eval",))
 def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Eval while a job runs, before any change, with nothing changed since the last eval, or over budget."""
@@ -1011,7 +1207,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     for i in range(f.n):
         tool = f.tools[i]
         if tool != "eval" or not f.steps[i].action.valid:
-            changed = changed or f.writes[i]
+            changed = changed or _feeds_eval(f, i)
             continue
         if f.steps[i].observation.refused:
             continue  # the environment refused it: a refused_action (rules.yaml), not an eval that ran

@@ -137,6 +137,9 @@ SCRIPT_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 PY_RUN_RE = re.compile(r"\b(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s+(?:-{1,2}[\w-]+(?:[= ]\S+)?\s+)*?"
                        r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 MODULE_RUN_RE = re.compile(r"\bpython3?\s+(?:-[uBO]+\s+)*-m\s+(?!pip\b)([\w.]+)|(?:^|[\s;&|(])\./([\w./-]+)")
+_QUOTED_RE = re.compile(r""""(?:[^"\\]|\\.)*"|'[^']*'""")
+# the program of a `python -c "…"` one-liner (double quotes: escaped quotes inside) or `python -c '…'`
+INLINE_PY_RE = re.compile(r"""\bpython3?\s+-c\s+(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""", re.DOTALL)
 REDIRECT_RE = re.compile(r"(?<![0-9&<>])(?:[12]?>>?|&>)\s*(?!&|/dev/null)([^\s;&|<>()]+)")
 WRITE_CMD_RE = Gated.derive(re.compile(
     r"(?:^|[\s;&|(])(?:cp|mv|rm|touch|tee|ln|truncate|dd|rsync|unzip|tar\s+-?x\w*|patch|"
@@ -237,7 +240,7 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 # GPU job's mention of CPU offload or CPU memory
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
-                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|\btrains?\b|\bverl\b")
+                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.-])trains?\b(?![./_-])|\bverl\b")
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,8 @@ def signature(doc: str) -> Signature | None:
             continue
         if re.match(r"^[A-Z][A-Z0-9_]*$", t):
             pos.append(t)
+        elif re.match(r"^[\w./-]+$", t) and not t.startswith("...") and not flags:
+            pos.append(t)  # a literal argument ("configs/grpo.yaml OUT"): it takes a position all the same
         k += 1
     return Signature(tuple(pos), tuple(flags))
 
@@ -552,7 +557,8 @@ class Facts:
     @per_step
     def redirects(self, i: int) -> tuple[str, ...]:
         cmd = self.command(i)
-        return redirect_targets(_HEREDOC_RE.sub("", cmd)) if ">" in cmd else ()
+        # (a quoted string is no shell: the `p>60:` of a python -c program or an awk script redirects nothing)
+        return redirect_targets(_QUOTED_RE.sub(" ", _HEREDOC_RE.sub("", cmd))) if ">" in cmd else ()
 
     @per_step
     def written_paths(self, i: int) -> tuple[str, ...]:
@@ -572,6 +578,10 @@ class Facts:
                 parts = m.group(1).split()
                 if len(parts) >= 2:
                     out.append(norm_path(parts[-1]))
+        if "-c" in cmd:  # the files a python -c one-liner opens for writing
+            for m in INLINE_PY_RE.finditer(cmd):
+                code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+                out += [p for p in (code_outputs(code, []) or []) if p not in out]
         return tuple(p for p in out if p)
 
     @cached_property
