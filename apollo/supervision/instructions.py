@@ -620,14 +620,22 @@ def _merge_generic(sent: str, out: list[Directive]) -> list[Directive]:
 
 
 def directives(f: Facts) -> list[Directive]:
-    """Every directive of the trajectory's delivered guidance, in delivery order."""
+    """Every directive of the trajectory's delivered guidance, in delivery order (computed once per facts;
+    callers must not mutate the directives)."""
+    got = f.__dict__.get("_directives")
+    if got is not None:
+        return list(got)
     out: list[Directive] = []
+    if not any(s.guidance for s in f.steps):
+        f.__dict__["_directives"] = out
+        return []
     stems = _script_stems(f)
     flags = _script_flags(f)
     for s in f.steps:
         for g in s.guidance:
             out.extend(extract(_with_flag_dashes(_with_script_paths(g.text, stems), flags), s.index))
-    return out
+    f.__dict__["_directives"] = out
+    return list(out)
 
 
 def _script_flags(f: Facts) -> frozenset[str]:
