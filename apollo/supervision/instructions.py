@@ -188,7 +188,6 @@ KEY_STAYS_RE = re.compile(r"(?<![\w-])([A-Za-z_]\w*_\w+|[A-Z][A-Z0-9_]+)\s+(?:st
 # "keep the total at 40k max", "the total stays under 40k": rows of the data, whatever their unit
 TOTAL_MAX_RE = re.compile(rf"(?i)\btotal\s+(?:at\s+|to\s+|under\s+|below\s+)?{_NUM}\s*(?:max(?:imum)?|tops|at\s+most|or\s+(?:fewer|less))\b"
                           rf"|\btotal\s+(?:at\s+most|under|below|no\s+more\s+than|of\s+at\s+most)\s+{_NUM}")
-# "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 # "eval only after macro_dev.py has written thresholds.json", "no eval until support_dev shows pii_leaks=0": a run of
 # the script is a precondition of every eval after a change
 EVAL_AFTER_SCRIPT_RE = re.compile(r"(?i)\b(?:eval\w*\s+only\s+(?:after|once|when)|no\s+evals?\s+(?:until|before|unless)|"
@@ -203,6 +202,7 @@ TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|
 # "use all four GPUs for training runs", "rl_train.sh on all 4 GPUs please"
 ALL_GPUS_RE = re.compile(r"(?i)\b(?:on|use|using|with|across|over)\s+all\s+(?:the\s+|of\s+the\s+)?(\d+|two|three|four|six|eight)\s+GPUs\b")
 _COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
+# "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
                         r"(?<!\bwhen)(?<!\bon)(?<!\bin)(?<!\bto)))")
 _NOUN_STOP = {"it", "this", "that", "anything", "any", "them", "those", "these", "things", "stuff", "file", "files", "code",
