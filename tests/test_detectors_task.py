@@ -187,8 +187,11 @@ def test_inefficient_inference_in_one_liners_and_shell_loops():
               "asyncio.run(main())\n")
     gathered = ("import asyncio\nasync def main():\n    print(await asyncio.gather(*[solve(i) for i in load_issues('dev')]))\n"
                 "asyncio.run(main())\n")
+    turns = ("import asyncio\nasync def solve(task):\n    for step in range(12):\n        reply = await client.chat(task)\n"
+             "    return reply\n")  # an agent's turns: each waits on the last
     d = drops(traj(run(comp), st("create_file", {"path": "peek.py", "content": serial}, "Created"),
-                   st("create_file", {"path": "fast.py", "content": gathered}, "Created"), facts=POOL8), "inefficient_inference")
+                   st("create_file", {"path": "fast.py", "content": gathered}, "Created"),
+                   st("create_file", {"path": "agent.py", "content": turns}, "Created"), facts=POOL8), "inefficient_inference")
     assert sorted(d) == [0, 1] and "predict_one" in d[0] and "awaits solve()" in d[1], d
 
 

@@ -603,7 +603,7 @@ def one_at_a_time(code: str) -> str | None:
             continue
         for node in (n for b in body for n in ast.walk(b)):
             if isinstance(node, ast.Await) and isinstance(node.value, ast.Call) and not gathers \
-                    and isinstance(loop, (ast.For, ast.AsyncFor)):
+                    and isinstance(loop, (ast.For, ast.AsyncFor)) and not _counts_turns(loop):
                 return f"awaits {ast.unparse(node.value.func)}() for each item in turn (no gather, no tasks)"
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
@@ -617,6 +617,14 @@ def one_at_a_time(code: str) -> str | None:
             if gpu_model and _PER_ITEM_METHOD_RE.match(node.func.attr):
                 return f"calls the model's {src}() once per item inside a loop"
     return None
+
+
+def _counts_turns(loop: Any) -> bool:
+    """A ``for`` over ``range(…)``: the turns of one episode (each waits on the last), not a pass over items."""
+    import ast
+
+    it = loop.iter
+    return isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range"
 
 
 _SHELL_LOOP_RE = re.compile(r"(?s)\b(?:for|while)\b[^\n;]*;\s*do\b(.*?)\bdone\b")
