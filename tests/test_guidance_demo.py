@@ -33,6 +33,9 @@ def test_serve_demo_runs_live_agents_at_a_human_pace(tmp_path):
         assert token
         h = {"Authorization": f"Bearer {token}"}
         rows: list[dict] = []
+        # the agents' own deadline, from the token on (one shared 60 s, start-up included, ran out once on a loaded
+        # machine: a clean-clone CI run at 10bc4cf saw no rows; alone the test takes 3 s)
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
                 rows = httpx.get(f"http://127.0.0.1:{port}/api/triage?status=all", headers=h, timeout=10).json()["rows"]
