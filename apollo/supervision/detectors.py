@@ -68,7 +68,7 @@ from typing import Any
 from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
-    INLINE_PY_RE,
+    inline_programs,
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
@@ -504,8 +504,7 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             if runs:
                 got[i] = (runs[0], files[runs[0]])
             elif "-c" in f.command(i) and not f.script_runs(i):  # a python -c one-liner doing a provided script's job
-                for m in INLINE_PY_RE.finditer(f.command(i)):
-                    code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+                for code in inline_programs(f.command(i)):
                     s = own_version_of(f, INLINE, code, f.redirects(i))
                     if s:
                         got[i] = ("python -c one-liner", s)
@@ -639,8 +638,7 @@ def inline_one_at_a_time(cmd: str) -> str | None:
     one request or runs one generation, with nothing in parallel."""
     if "-c" not in cmd and "do" not in cmd:
         return None
-    for m in INLINE_PY_RE.finditer(cmd):
-        code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
+    for code in inline_programs(cmd):
         how = one_at_a_time(code)
         if how:
             return f"(a python -c one-liner) {how}"
@@ -648,7 +646,7 @@ def inline_one_at_a_time(cmd: str) -> str | None:
         body = m.group(1)
         if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
             continue
-        inline = " ".join(a or b for a, b in INLINE_PY_RE.findall(body))
+        inline = " ".join(inline_programs(body))
         if _CLIENT_CALL_RE.search(inline) or _CURL_SERVER_RE.search(body):
             return "sends one request per iteration of a shell loop, strictly one after another"
         if re.search(r"\.generate\(", inline):

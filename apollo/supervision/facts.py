@@ -140,6 +140,14 @@ MODULE_RUN_RE = re.compile(r"\bpython3?\s+(?:-[uBO]+\s+)*-m\s+(?!pip\b)([\w.]+)|
 _QUOTED_RE = re.compile(r""""(?:[^"\\]|\\.)*"|'[^']*'""")
 # the program of a `python -c "…"` one-liner (double quotes: escaped quotes inside) or `python -c '…'`
 INLINE_PY_RE = re.compile(r"""\bpython3?\s+-c\s+(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""", re.DOTALL)
+
+
+@lru_cache(maxsize=16384)
+def inline_programs(cmd: str) -> tuple[str, ...]:
+    """The programs of a command's ``python -c`` one-liners (escaped double quotes undone)."""
+    if "-c" not in cmd:
+        return ()
+    return tuple(m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2) for m in INLINE_PY_RE.finditer(cmd))
 REDIRECT_RE = re.compile(r"(?<![0-9&<>])(?:[12]?>>?|&>)\s*(?!&|/dev/null)([^\s;&|<>()]+)")
 WRITE_CMD_RE = Gated.derive(re.compile(
     r"(?:^|[\s;&|(])(?:cp|mv|rm|touch|tee|ln|truncate|dd|rsync|unzip|tar\s+-?x\w*|patch|"
@@ -578,10 +586,8 @@ class Facts:
                 parts = m.group(1).split()
                 if len(parts) >= 2:
                     out.append(norm_path(parts[-1]))
-        if "-c" in cmd:  # the files a python -c one-liner opens for writing
-            for m in INLINE_PY_RE.finditer(cmd):
-                code = m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2)
-                out += [p for p in (code_outputs(code, []) or []) if p not in out]
+        for code in inline_programs(cmd):  # the files a python -c one-liner opens for writing
+            out += [p for p in (code_outputs(code, []) or []) if p not in out]
         return tuple(p for p in out if p)
 
     @cached_property
