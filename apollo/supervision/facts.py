@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -305,9 +305,15 @@ def signature(doc: str) -> Signature | None:
 
 def script_args(cmd: str, script: str, sig: Signature | None) -> tuple[list[str], dict[str, str]]:
     """(positional values, {flag: value}) that ``cmd`` passes to ``script``."""
+    pos, flags = _script_args(cmd, script, sig)
+    return list(pos), dict(flags)
+
+
+@lru_cache(maxsize=16384)
+def _script_args(cmd: str, script: str, sig: Signature | None) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     m = re.search(rf"(?<![\w/.-]){re.escape(script)}(?![\w-])", cmd) or re.search(re.escape(os.path.basename(script)), cmd)
     if m is None:
-        return [], {}
+        return (), ()
     rest = re.split(r"\s*(?:&&|\|\||;|\||>|2>|&>)\s*", cmd[m.end():], maxsplit=1)[0]
     toks = [t.strip("'\"") for t in rest.split()]
     pos: list[str] = []
@@ -329,7 +335,7 @@ def script_args(cmd: str, script: str, sig: Signature | None) -> tuple[list[str]
             continue
         pos.append(t)
         k += 1
-    return pos, flags
+    return tuple(pos), tuple(flags.items())
 
 
 _ARGV_WRITE_RE = re.compile(r"open\(\s*sys\.argv\[(\d+)\]\s*,\s*['\"][wa]")
@@ -359,11 +365,18 @@ def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
 
 def code_outputs(code: str, argv: list[str]) -> list[str] | None:
     """Files a script's code writes (literal paths, ``sys.argv[k]``); None: it writes nothing it names."""
-    out = [norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)]
-    for k in _ARGV_WRITE_RE.findall(code):
-        if 0 < int(k) <= len(argv):
-            out.append(norm_path(argv[int(k) - 1]))
+    lits, ks = _code_writes(code)
+    out = list(lits)
+    for k in ks:
+        if 0 < k <= len(argv):
+            out.append(norm_path(argv[k - 1]))
     return [p for p in out if p] or None
+
+
+@lru_cache(maxsize=4096)
+def _code_writes(code: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(literal paths, ``sys.argv`` indices) a script's code opens for writing."""
+    return tuple(norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)), tuple(int(k) for k in _ARGV_WRITE_RE.findall(code))
 
 
 def covers(a: str, b: str) -> bool:
@@ -404,6 +417,26 @@ def is_false(v: Any) -> bool:
 
 
 _UNSET = object()
+
+
+class cached_property:  # noqa: N801  (functools' name: a drop-in for it)
+    """``functools.cached_property`` without its lock: Python 3.11's takes an RLock on every first access
+    (3.12 dropped it), a measurable share of the masker's time, which makes one Facts per trajectory and
+    reads about a dozen of these on each. Facts objects are not shared between threads."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        v = obj.__dict__[self.name] = self.fn(obj)
+        return v
 
 
 def per_step(fn):
@@ -454,16 +487,25 @@ class Facts:
         self.obs: list[str] = []
         self.oks: list[bool] = []  # the tool ran: valid call, not refused, no tool error
         self.commands: list[str] = []  # run_command's command ("" otherwise)
+        self.backgrounds: list[bool] = []  # see :meth:`background`
         for s in traj.steps:
             a, o = s.action, s.observation
             args = a.arguments if isinstance(a.arguments, dict) else {}
+            text = o.text
             self.tools.append(a.tool)
             self.args.append(args)
-            self.obs.append(o.text)
-            self.oks.append(a.tool is not None and a.parse_error is None and not o.refused
-                            and not call_failed(o.text))
+            self.obs.append(text)
+            ok = a.tool is not None and a.parse_error is None and not o.refused and not call_failed(text)
+            self.oks.append(ok)
             c = args.get("command") if a.tool == "run_command" else None
-            self.commands.append(c if isinstance(c, str) else "")
+            cmd = c if isinstance(c, str) else ""
+            self.commands.append(cmd)
+            bg = False
+            if ok and a.tool == "run_command":
+                cmd = cmd.rstrip()
+                bg = (is_false(args.get("wait_for_completion", True)) or "[still running in background session" in text
+                      or (cmd.endswith("&") and not cmd.endswith("&&")) or cmd.startswith("nohup "))
+            self.backgrounds.append(bg)
 
     # -- task text ------------------------------------------------------------------------------
     @cached_property
@@ -546,12 +588,9 @@ class Facts:
         return self.commands[i]
 
     def background(self, i: int) -> bool:
-        """A run_command that keeps running after the call returned."""
-        if self.tools[i] != "run_command" or not self.ok(i):
-            return False
-        cmd = self.commands[i].rstrip()
-        return (is_false(self.args[i].get("wait_for_completion", True)) or "[still running in background session" in self.obs[i]
-                or (cmd.endswith("&") and not cmd.endswith("&&")) or cmd.startswith("nohup "))
+        """A run_command that keeps running after the call returned (``wait_for_completion`` false, still
+        running past the wait, ``… &``, ``nohup …``); computed for every step up front."""
+        return self.backgrounds[i]
 
     def session(self, i: int) -> str:
         sid = self.args[i].get("session_id", "default")
