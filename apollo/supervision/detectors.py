@@ -201,7 +201,7 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     mine = own_versions(f)
     for i in range(f.n):
         tool = f.tools[i]
-        if tool not in _WRITE_TOOLS or not f.ok(i):
+        if tool not in _WRITE_TOOLS or not f.oks[i]:
             continue
         runs = f.script_runs(i)
         provided = [s for s in runs if s in f.scripts or s in f.inner_scripts]
@@ -488,7 +488,7 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
     got = {}
     files: dict[str, str] = {}
     for i in range(f.n):
-        if not f.ok(i):
+        if not f.oks[i]:
             continue
         if f.tools[i] == "create_file" and isinstance(f.args[i].get("content"), str):
             path = norm_path(f.args[i].get("path"))
@@ -661,7 +661,7 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
     out: list[Finding] = []
     for i in range(f.n):
         tool = f.tools[i]
-        if tool == "create_file" and f.ok(i) and str(f.args[i].get("path", "")).endswith(".py"):
+        if tool == "create_file" and f.oks[i] and str(f.args[i].get("path", "")).endswith(".py"):
             code = f.args[i].get("content")
             how = one_at_a_time(code) if isinstance(code, str) else None
             if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
@@ -669,7 +669,7 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
                 # on a CPU-only machine there is no accelerator to leave idle)
                 out.append(_drop(i, "inefficient_inference", f"writes {norm_path(f.args[i]['path'])}, which {how}"))
             continue
-        if tool != "run_command" or not f.ok(i):
+        if tool != "run_command" or not f.oks[i]:
             continue
         cmd = f.command(i)
         code = f.known_code[i]
@@ -768,7 +768,7 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
     carried_edits: set[int] = set()  # the edits such a job carries out
     for (pos0, s0), (pos1, s1) in zip(evals, evals[1:]):
         best = max(best, s0)
-        before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.ok(j) and j not in carried]
+        before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.oks[j] and j not in carried]
         # jobs started since this eval and still running at the next one: that eval does not measure them
         unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0}
         window = set(carried) | set(range(pos0 + 1, min(pos1, f.n)))
@@ -880,7 +880,7 @@ def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Fin
 
     for i in range(f.n):
         tool, args = f.tools[i], f.args[i]
-        if not f.ok(i):
+        if not f.oks[i]:
             continue
         if tool == "create_file":
             path = norm_path(args.get("path"))
@@ -908,6 +908,8 @@ def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Fin
                     out.append(_drop(i, "blind_edit", f"edited {path} in place (sed -i) without viewing it first"))
             for w in f.written_paths(i):  # files it produced itself
                 see(w, None)
+        elif tool != "open_file":
+            continue  # (no other tool shows a file's content)
         for path, lines in f.seen_lines(i).items():
             see(path, lines)
         for path in f.viewed_paths(i):
@@ -1050,7 +1052,7 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
     """Before step ``i``, the agent slept after starting ``job`` (not a server) and then spent an eval: it took
     the job as finished (the eval scored what it made), so its GPUs count as free."""
     slept = next((k for k in range(job.step + 1, i) if f.tools[k] == "sleep"), None)
-    return not job.server and slept is not None and any(f.tools[k] == "eval" and f.ok(k) for k in range(slept + 1, i))
+    return not job.server and slept is not None and any(f.tools[k] == "eval" and f.oks[k] for k in range(slept + 1, i))
 
 
 def _documented_count(f: Facts, i: int, used: int) -> bool:
@@ -1081,7 +1083,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
         tool = f.tools[i]
         if f.pending_before[i] or (f.writes[i] and tool != "run_command"):
             done_cmds.clear()
-        if not f.ok(i):
+        if not f.oks[i]:
             continue
         if tool == "sleep" and p.flag_idle_sleep and not f.pending_before[i]:
             try:
@@ -1159,7 +1161,7 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
                 found[i] = f"{what} {path}, its own version of {s}, although told to use {d.target} ({d.describe()})"
     for d in (d for d in directives(f) if d.kind == "gpus"):  # "use all four GPUs for training runs"
         for i in range(d.given_at, f.n):
-            if i not in found and f.tools[i] == "run_command" and f.ok(i) and (reason := _gpu_count_breach(f, i, d)):
+            if i not in found and f.tools[i] == "run_command" and f.oks[i] and (reason := _gpu_count_breach(f, i, d)):
                 found[i] = reason
     return [_drop(i, "violate_instruction", reason) for i, reason in sorted(found.items())]
 
@@ -1199,7 +1201,7 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
         return False
     total, last = 0.0, None
     for k in range(job.step + 1, i):
-        if f.tools[k] == "sleep" and f.ok(k):
+        if f.tools[k] == "sleep" and f.oks[k]:
             try:
                 total += float(f.args[k].get("seconds", 0))
             except (TypeError, ValueError):
@@ -1242,7 +1244,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             continue  # the environment refused it: a refused_action (rules.yaml), not an eval that ran
         pend = {sid: cmd for sid, cmd in f.blocking_before[i].items() if not _waited_out(f, i, sid, p.eval_wait_s)}
         reason = None
-        missing = _EVAL_MISSING_RE.search(f.obs[i]) if f.ok(i) else None
+        missing = _EVAL_MISSING_RE.search(f.obs[i]) if f.oks[i] else None
         if used >= budget or "eval budget exhausted" in f.obs[i]:
             reason = f"eval budget exhausted ({used}/{budget} used)"
         elif pend:
@@ -1257,7 +1259,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"
         if reason:
             out.append(_drop(i, "improper_eval", reason))
-        if f.ok(i):
+        if f.oks[i]:
             used += 1
             last_eval = i
             # a job still running then will change the result when it ends; an output that did not exist yet

@@ -392,6 +392,25 @@ _HEAD_N_RE = re.compile(r"\bhead\s+(?:-n\s*|-)(\d+)")
 _SED_N_RE = re.compile(r"\bsed\s+-n\s+['\"]?(\d+),(\d+)p")
 
 
+@lru_cache(maxsize=16384)
+def _command_views(cmd: str) -> frozenset[str]:
+    """Files whose content a command shows (cat/head/tail/sed -n/…)."""
+    if VIEW_CMD_RE.search(cmd):
+        return frozenset(norm_path(t) for t in TOKEN_SPLIT_RE.split(cmd) if t and ("." in t or "/" in t))
+    return frozenset()
+
+
+@lru_cache(maxsize=16384)
+def _command_seen_lines(cmd: str) -> dict[str, frozenset[int] | None]:
+    """File → the line numbers a viewing command shows (None: all of it); callers must not mutate it."""
+    if not VIEW_CMD_RE.search(cmd):
+        return {}
+    m, n = _SED_N_RE.search(cmd), _HEAD_N_RE.search(cmd)
+    lines = frozenset(range(int(m.group(1)), int(m.group(2)) + 1)) if m else \
+        frozenset(range(1, int(n.group(1)) + 1)) if n and "tail" not in cmd else None
+    return {p: lines for p in _command_views(cmd)}
+
+
 def norm_path(p: Any) -> str:
     return _norm_str(p) if isinstance(p, str) else ""
 
@@ -635,7 +654,7 @@ class Facts:
         out = []
         for i in range(self.n):
             tool = self.tools[i]
-            if not self.ok(i):
+            if not self.oks[i]:
                 out.append(False)
             elif tool in ("create_file", "edit_file"):
                 out.append(not DOC_RE.search(norm_path(self.args[i].get("path"))))  # notes change no result
@@ -723,7 +742,7 @@ class Facts:
         """File → the line numbers step ``i`` shows (None: the whole file): open_file's range, an edit's
         echo, a created file, cat/head/sed -n of a file."""
         tool, args, text = self.tools[i], self.args[i], self.obs[i]
-        if not self.ok(i):
+        if not self.oks[i]:
             return {}
         if tool in ("open_file", "edit_file"):
             p = norm_path(args.get("path"))
@@ -739,17 +758,12 @@ class Facts:
             p = norm_path(args.get("path"))
             return {p: None} if p else {}
         cmd = self.command(i)
-        if cmd and VIEW_CMD_RE.search(cmd):
-            m, n = _SED_N_RE.search(cmd), _HEAD_N_RE.search(cmd)
-            lines = set(range(int(m.group(1)), int(m.group(2)) + 1)) if m else \
-                set(range(1, int(n.group(1)) + 1)) if n and "tail" not in cmd else None
-            return {p: lines for p in self.viewed_paths(i)}
-        return {}
+        return _command_seen_lines(cmd) if cmd else {}
 
     def _shows_done(self, i: int, job: Job) -> bool:
         """Step ``i`` shows that ``job`` has finished: session state, its log, or its output files."""
         tool, text = self.tools[i], self.obs[i]
-        if not self.ok(i):
+        if not self.oks[i]:
             return False
         if tool in ("check_session_idle", "get_session_output", "kill_session_processes"):
             return self.session(i) == job.session and any(k in text for k in SESSION_DONE)
@@ -767,7 +781,7 @@ class Facts:
     def _consumes(self, i: int, job: Job) -> bool:  # (also used by detectors: resource_waste)
         """Step ``i`` (after a wait) runs a command that reads what ``job`` writes (names one of its output
         files without writing it): the agent treats the job as done, as a reader of the trajectory does."""
-        if self.tools[i] != "run_command" or not job.outputs or not self.ok(i) or self.session(i) == job.session \
+        if self.tools[i] != "run_command" or not job.outputs or not self.oks[i] or self.session(i) == job.session \
                 or (not self.background(i) and self.steps[i].observation.exit_code):
             return False
         cmd = self.command(i)
@@ -790,7 +804,7 @@ class Facts:
         for i in range(self.n):
             out.append(pending)
             if pending:
-                slept = slept or (self.tools[i] == "sleep" and self.ok(i))
+                slept = slept or (self.tools[i] == "sleep" and self.oks[i])
                 left = tuple(j for j in pending if not (self._shows_done(i, j) or (slept and self._consumes(i, j))))
                 if len(left) != len(pending):
                     pending = left
@@ -824,9 +838,7 @@ class Facts:
             p = norm_path(args.get("path"))
             return frozenset((p,)) if p else frozenset()
         cmd = self.command(i)
-        if cmd and VIEW_CMD_RE.search(cmd):
-            return frozenset(norm_path(t) for t in TOKEN_SPLIT_RE.split(cmd) if t and ("." in t or "/" in t))
-        return frozenset()
+        return _command_views(cmd) if cmd else frozenset()
 
     @cached_property
     def eval_scores(self) -> list[tuple[int, float]]:
@@ -846,7 +858,7 @@ class Facts:
         for i in range(self.n):
             out.append(code)
             tool, args = self.tools[i], self.args[i]
-            if not self.ok(i):
+            if not self.oks[i]:
                 continue
             if tool in ("create_file", "open_file", "edit_file"):
                 p = norm_path(args.get("path"))
