@@ -272,7 +272,8 @@ class RuleSet:
         action = step.action
         tool = tool or action.tool
         error = bool(obs.error) and tool == action.tool  # (not for background output charged to its start)
-        rules, (start, body), usable = self._plan(tool, bool(obs.exit_code), error)
+        key = (tool, bool(obs.exit_code), error)
+        rules, (start, body), usable = self._plans.get(key) or self._plan(*key)
         text_hit = True
         if usable:
             text = obs.text
