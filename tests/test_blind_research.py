@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research6``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research7``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -16,7 +16,8 @@ from apollo.schema import Trajectory
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_research2", FIX / "blind_research3",
-                                        FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6"],
+                                        FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6",
+                                        FIX / "blind_research7"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author

@@ -716,3 +716,68 @@ def test_round_6_key_value_sides_stays_a_total_a_flag_without_value_a_stem_and_a
     trn = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
     assert drops(t(g(cfg(0.3), "use alpha=0.3 for the first run."), trn, cfg(0.45)), "violate_instruction") == {}
     assert list(drops(t(g(cfg(0.3), "use alpha=0.3 for every run."), trn, cfg(0.45)), "violate_instruction")) == [2]
+
+
+def test_round_8_usage_layouts_stated_durations_short_checks_and_directive_shapes():
+    """Round 8 (tuned on blind_research7's dev split): usage lines after a label (``Run:``, a ``--help``
+    output), the rest of a script's paragraph, job durations the task states, scripts that run on one GPU or
+    for a few minutes, and more directive shapes."""
+    from apollo.env.tasks import provided_scripts
+    from apollo.supervision.facts import job_duration, signature
+
+    # a usage after "Run:" and an argparse --help usage followed by prose
+    sig = signature("Script: scripts/rw.py Run:    python scripts/rw.py --in FILE --out FILE [--gpus 8 --bs 32 --limit N]")
+    assert sig is not None and ("--gpus", "8") in sig.flags and ("--limit", "N") in sig.flags
+    sig = signature("$ python scripts/dev.py --help usage: scripts/dev.py [-h] --ckpt CKPT [--tp TP] [--dp DP] pass@1 "
+                    "(greedy) on the dev halves. --tp TP tensor parallel size (default 1)")
+    assert sig is not None and [f for f, _ in sig.flags] == ["--ckpt", "--tp", "--dp"]
+    assert signature("SYNOPSIS bash scripts/sft.sh IDS OUT [NGPU] DESCRIPTION torchrun on NGPU GPUs").positional == \
+        ("IDS", "OUT", "NGPU")
+    # a script's paragraph: its Does: line and the text under its heading; a numbered item naming no script ends it
+    docs = provided_scripts("## Scripts\nScript: scripts/a.py\nRun:    python scripts/a.py --in F\nDoes:   CPU. Filters.\n\n"
+                            "scripts/serve.sh\n----------------\n`bash scripts/serve.sh [TP]` starts the server\n"
+                            "(tensor parallel 4) and runs until stopped.\n\n"
+                            "1. `scripts/b.py` - trains.\n2. `configs/x.yaml` - the config.\n")
+    assert "CPU. Filters." in docs["scripts/a.py"] and "runs until stopped" in docs["scripts/serve.sh"]
+    assert "----" not in docs["scripts/serve.sh"] and "configs/x.yaml" not in docs["scripts/b.py"]
+
+    # stated durations: "GRPO takes about 90 minutes" names scripts/grpo_mt.sh; "the dev script" names qwk_dev.py
+    env = ("## Environment\n8 GPUs. GRPO (300 steps) takes about 90 minutes on 8 GPUs; judging them about 35 minutes; "
+           "the dev script about 2 minutes.\n")
+    assert job_duration(env, "scripts/grpo_mt.sh") == 5400 and job_duration(env, "scripts/qwk_dev.py") == 120
+    assert job_duration(env, "scripts/judge_dialogues.py") == 2100 and job_duration(env, "scripts/mix.py") is None
+    desc = DESC.replace("vLLM 0.6.3 is installed.\n", "vLLM 0.6.3 is installed. " + env.split("\n", 1)[1])
+    scripts = {**SCRIPTS, "scripts/grpo_mt.sh": "- `bash scripts/grpo_mt.sh OUT 8`: GRPO with verl on 8 GPUs.",
+               "scripts/qwk_dev.py": "- `python scripts/qwk_dev.py --ckpt DIR`: QWK on the dev set (GPU).",
+               "scripts/head_probe.py": "- `python scripts/head_probe.py --ckpt DIR`: accuracy of each head. Runs on one "
+                                        "GPU by design."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    sleep = lambda s: st("sleep", {"seconds": s}, f"Slept {s} s.")  # noqa: E731
+    grpo = bg("bash scripts/grpo_mt.sh outputs/ckpt 8", "grpo")
+    # 30 minutes into a 90-minute run is not waited out (the 600 s default alone would say it is)
+    assert list(drops(traj(grpo, sleep(1800), ev(), desc=desc, facts=facts), "improper_eval")) == [2]
+    assert drops(traj(grpo, sleep(1800), sleep(1800), ev(), desc=desc, facts=facts), "improper_eval") == {}
+    # a 2-minute dev check and a one-GPU-by-design probe on 1 of 8 GPUs: no waste; a 1-GPU job that says neither is
+    assert drops(traj(run("python scripts/qwk_dev.py --ckpt outputs/c"), run("python scripts/head_probe.py --ckpt o"),
+                      desc=desc, facts=facts), "resource_waste") == {}
+    assert list(drops(traj(run("python scripts/rewrite.py --input a --output o --model m"), desc=desc, facts=facts),
+                      "resource_waste")) == [0]
+
+    def kinds(text):
+        return [(d.kind, d.target, d.values.get("op"), d.values.get("v")) for d in extract(text)]
+
+    assert ("bound", "min_conf", "ge", "0.5") in kinds("min_conf for the guard: 0.5 or higher. below that we saw drift")
+    assert [k[2:] for k in kinds("temp no higher than 0.8 please")] == [("le", "0.8")]
+    assert ("forbid_write", "configs/sft.yaml", None, None) in kinds("configs/sft.yaml stays exactly as shipped. yes even so")
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    w = lambda v: st("edit_file", {"path": "configs/grpo.yaml", "start_line": 20, "end_line": 20,  # noqa: E731
+                                   "content": f"  w_term: {v}"}, f"Edited configs/grpo.yaml lines 20-20. Now:\n20:   w_term: {v}")
+    tr = t(g(st("open_file", {"path": "configs/grpo.yaml"}, "[configs/grpo.yaml: lines 1-30 of 30]"),
+             "Term weight must stay at least 0.4 - the customer cares"), w(0.5), w(0.3))
+    assert list(drops(tr, "violate_instruction")) == [2]
+    # a one-word flag of a provided script, named without its dashes: "keep the default concurrency (24)"
+    facts_c = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/plans.py": "- `python scripts/plans.py --out F "
+                                                                                  "[--concurrency 24]`: runs the agent."}})
+    pl = lambda c: bg(f"python scripts/plans.py --out outputs/p.jsonl --concurrency {c}", "p")  # noqa: E731
+    tr = traj(g(st("list_files"), "for the test run keep the default concurrency (24)."), pl(24), pl(48), desc=DESC, facts=facts_c)
+    assert list(drops(tr, "violate_instruction")) == [2]

@@ -68,26 +68,40 @@ def section(description: str, name: str) -> str:
     return m.group(1) if m else ""
 
 
+_RULE_LINE_RE = re.compile(r"[-=~`*_|: ]{3,}")
+_ITEM_RE = re.compile(r"(?:\d+[.)]|[-*+]|\|)\s")
+
+
 def provided_scripts(description: str, workspace: Path | None = None) -> dict[str, str]:
     """The scripts a task provides → what its description says of each (``""``: nothing).
 
     The inventory is the workspace's ``scripts/`` folder (``.py``/``.sh``) plus every script the
     description's *Scripts* section documents; the text is the section line that documents it, with
-    the lines that continue it: a ``# comment`` line, or an indented line that names no script, belongs
-    to the script above it (a usage block often says what a script does in comments under it).
+    the lines that continue it: a line that names no script, up to the next blank line, belongs to the
+    script above it — a ``# comment`` or indented line under a usage line, the rest of a wrapped paragraph,
+    the ``Does:`` line of a ``Script:``/``Run:``/``Does:`` block, the text under a heading (whose
+    ``----`` underline is skipped); a list item continues on indented lines only, and a new item or table
+    row that names no script ends it.
     """
     out: dict[str, str] = {}
     last: str | None = None
+    item = False  # the line that named ``last`` is a list item or a table row
     for line in section(description, "Scripts").splitlines():
         text = line.strip()
         if not text:
             last = None
             continue
+        if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
+            continue
         m = None if text.startswith("#") else _SCRIPT_PATH_RE.search(line)
         if m:  # the script a usage line documents (later mentions on the line are references)
             last = os.path.normpath(m.group(1))
-        elif not (last and (text.startswith("#") or line[:1].isspace())):
+            item = bool(_ITEM_RE.match(line))
+        elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
+            last = None  # (a new list item or table row that names no script documents none)
             continue
+        elif item and not (text.startswith("#") or line[:1].isspace()):
+            continue  # a list item continues on indented lines only ("All scripts log to outputs/." is the list's)
         out[last] = (out.get(last, "") + " " + text).strip()
     if workspace is not None and (workspace / "scripts").is_dir():
         for f in sorted((workspace / "scripts").rglob("*")):

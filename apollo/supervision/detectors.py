@@ -69,6 +69,7 @@ from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     inline_programs,
+    job_duration,
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
@@ -1055,11 +1056,20 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
     return not job.server and slept is not None and any(f.tools[k] == "eval" and f.oks[k] for k in range(slept + 1, i))
 
 
+SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (its GPU count is no waste)
+_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)")
+
+
 def _documented_count(f: Facts, i: int, used: int) -> bool:
     """The command passes the GPU count that the provided script's usage line itself shows
     (``macro_dev.py --ckpt DIR [--tune_thresholds --gpus 1]`` run with ``--gpus 1``): the documented way to run it."""
     cmd = f.command(i)
     for s in f.script_runs(i):
+        if used == 1 and _ONE_GPU_DOC_RE.search(f.script_docs.get(s, "")):
+            return True  # "Runs on one GPU by design"
+        took = job_duration(f.description, s)
+        if took is not None and took <= SHORT_CHECK_S and not _multi_gpu_doc(f, s):
+            return True  # "the dev script about 2 minutes": a short check on few GPUs is no waste
         sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
         if sig is None:
             continue
@@ -1191,14 +1201,21 @@ _EVAL_MISSING_RE = Gated.derive(re.compile(r"[\w./-]+ (?:not found|does not exis
 _RUNNING_RE = re.compile(r"still running|is running|is busy|not idle|\brunning\b")
 
 
+STATED_WAIT_SHARE = 0.5  # of a job's stated duration, slept before an eval: the job was waited out
+
+
 def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
     """Before eval ``i``, the agent slept at least ``wait_s`` seconds since the job of session ``sid`` was
-    launched, and nothing after its last sleep reported that session still running: it waited the job
-    out (a job's stated duration, then the eval), which the labelers keep; an eval seconds after a
-    launch, or after a check that said "running", is not waited out."""
+    launched — or, where the task states how long that job takes, :data:`STATED_WAIT_SHARE` of it — and
+    nothing after its last sleep reported that session still running: it waited the job out (a job's
+    stated duration, then the eval), which the labelers keep; an eval seconds after a launch, half an hour
+    into a 90-minute run, or after a check that said "running", is not waited out."""
     job = next((j for j in f.jobs_before[i] if j.session == sid), None)
     if job is None or wait_s <= 0:
         return False
+    stated = [d for d in (job_duration(f.description, s) for s in f.script_runs(job.step)) if d]
+    if stated:  # the task says how long this job runs: waiting out means most of that ("about 90 minutes")
+        wait_s = max(wait_s, STATED_WAIT_SHARE * max(stated))
     total, last = 0.0, None
     for k in range(job.step + 1, i):
         if f.tools[k] == "sleep" and f.oks[k]:

@@ -281,9 +281,10 @@ def signature(doc: str) -> Signature | None:
     m = best
     if m is None:  # a usage block without backticks ("    python scripts/x.py --in FILE [--dp 8]", then its comments)
         m = _BARE_USAGE_RE.match(doc.split(" #", 1)[0]) if doc else None
-    if m is None:
+    args = m.group(2) if m is not None else _marked_usage(doc or "")
+    if args is None:
         return None
-    toks = [t for t in re.split(r"[\s\[\]]+", m.group(2) or "") if t]
+    toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
     pos: list[str] = []
     flags: list[tuple[str, str]] = []
     k = 0
@@ -301,6 +302,89 @@ def signature(doc: str) -> Signature | None:
             pos.append(t)  # a literal argument ("configs/grpo.yaml OUT"): it takes a position all the same
         k += 1
     return Signature(tuple(pos), tuple(flags))
+
+
+# a usage after a label: "Run:    python x.py --in FILE" ("Run x.py to …" is prose), "usage: x.py [-h] --ckpt CKPT" (a --help
+# output), "SYNOPSIS python x.py …", "usage: python x.py …", "$ python x.py …" — the launcher is optional
+_MARKED_USAGE_RE = re.compile(r"(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[Uu]sage|USAGE|SYNOPSIS|[Ss]ynopsis)\s*:?|(?:^|\s)\$)\s+"
+                              r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
+                              r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
+                              r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$)")
+# where the argument list of such a usage ends: a word of prose, a section label ("DESCRIPTION", "does:")
+_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|[\w.-]+(?:\|[\w.-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
+                             r"\{[\w,|.-]+\})\]*")
+_NOT_METAVAR = frozenset({"DESCRIPTION", "OPTIONS", "NAME", "SYNOPSIS", "EXAMPLES", "EXAMPLE", "FLAGS", "NOTES", "ARGUMENTS",
+                          "USAGE"})
+
+
+def _marked_usage(doc: str) -> str | None:
+    """The arguments of the longest labeled usage in a script's line (None: no such usage): the tokens after
+    the script path while they read as a usage (flags, METAVARS, paths, numbers, ``[…]``, ``{a,b}``)."""
+    best = None
+    for m in _MARKED_USAGE_RE.finditer(doc):
+        toks = []
+        for t in doc[m.end():].split():
+            if t == "-h" or t == "[-h]":
+                continue
+            if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
+                break
+            toks.append(t)
+        if toks and toks[-1] in ("--help",):  # "$ python x.py --help": the call that prints the usage, not it
+            continue
+        if best is None or len(toks) > len(best):
+            best = toks
+    return " ".join(best) if best is not None else None
+
+
+_DURATION_RE = re.compile(r"(?i)\babout\s+(?:(\d+(?:\.\d+)?)\s*(minutes?|mins?|hours?|h)\b|(an?)\s+(hour|minute)\b)")
+_CLAUSE_SPLIT_RE = re.compile(r";|\.\s|,\s+(?=(?:the\s+|a\s+|an\s+)?[\w-]+(?:\s+[\w-]+){0,4}\s+(?:takes?\s+)?about\b)")
+_WORD_RE = re.compile(r"[a-z][a-z0-9]+")
+_STEM_STOP = frozenset({"run", "runs", "script", "scripts", "main", "tools", "src", "make", "build", "data", "all", "the",
+                        "and", "with", "from", "new", "own", "job", "jobs", "task"})
+
+
+@lru_cache(maxsize=256)
+def stated_durations(description: str) -> tuple[tuple[str, float], ...]:
+    """(clause, seconds) for each job duration the task states ("GRPO (300 steps) takes about 90 minutes on 8 GPUs;
+    the dev script about 6 minutes"): the clause names the job, the number says how long it runs."""
+    env = section(description, "Environment") or description
+    out = []
+    for clause in _CLAUSE_SPLIT_RE.split(" ".join(env.split())):
+        m = _DURATION_RE.search(clause)
+        if not m:
+            continue
+        n = float(m.group(1)) if m.group(1) else 1.0
+        unit = (m.group(2) or m.group(4)).lower()
+        out.append((clause[:m.start()].lower(), n * (3600.0 if unit.startswith("h") else 60.0)))
+    return tuple(out)
+
+
+def _stem_words(path: str) -> list[str]:
+    stem = re.sub(r"\.(?:py|sh)$", "", path.rsplit("/", 1)[-1]).lower()
+    return [w for w in re.split(r"[_\-.]+", stem) if len(w) >= 3 and w not in _STEM_STOP]
+
+
+def job_duration(description: str, script: str) -> float | None:
+    """Seconds the task says ``script``'s job takes (None: it does not say): the stated clause that names the
+    script — its file name, or a word of its name as the clause's subject ("GRPO (300 steps) takes about 90
+    minutes" for ``grpo_mt.sh``, "judging them about 35 minutes" for ``judge_dialogues.py``, "the dev script
+    about 6 minutes" for ``tutor_dev.py``), else elsewhere in the clause."""
+    best, best_score = None, 0
+    base = script.rsplit("/", 1)[-1].lower()
+    stems = _stem_words(script)
+    for clause, secs in stated_durations(description):
+        cw = [w for w in _WORD_RE.findall(clause) if w not in ("the", "a", "an")]
+        score = 10 if base in clause else 0
+        for j, t in enumerate(stems if not score else ()):
+            for k, w in enumerate(cw):
+                near = len(t) >= 4 and len(w) >= 4 and w[:4] == t[:4]  # "judge" ~ "judging", "train" ~ "training"
+                # the clause's subject may be any word of the name; elsewhere in the clause only the name's first
+                # word (its verb or main noun: "select_convs" is not "scoring of all conversations") counts
+                if w == t or (k == 0 and (near or w.startswith(t))) or (j == 0 and near):
+                    score = max(score, 6 if k == 0 else 4)
+        if score > best_score:
+            best, best_score = secs, score
+    return best
 
 
 def script_args(cmd: str, script: str, sig: Signature | None) -> tuple[list[str], dict[str, str]]:

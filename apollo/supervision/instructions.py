@@ -145,6 +145,10 @@ NO_TOUCH_BLOCK_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:touch|change|modify|edit|alt
 # "leave configs/dpo.yaml alone", "leave that file alone", "leave X as it is / unchanged / untouched"
 LEAVE_ALONE_RE = re.compile(rf"(?i)\bleave\s+(?:(?:it|that\s+file|this\s+file|the\s+file|that\s+config|that)|{_PATH})"
                             r"\s+(?:exactly\s+|completely\s+|just\s+|entirely\s+)?(?:alone|as\s+(?:it\s+)?is|unchanged|untouched)\b")
+# "configs/sft.yaml stays exactly as shipped", "reason_dev.py stays as is", "X must remain unchanged"
+STAYS_AS_IS_RE = re.compile(rf"(?i){_PATH}`?\s+(?:stays|remains|(?:must|should|has\s+to|is\s+to|will)\s+(?:stay|remain))\s+"
+                            r"(?:exactly\s+|completely\s+|just\s+|entirely\s+)?(?:as\s+(?:it\s+is|is|shipped|provided|given)|"
+                            r"unchanged|untouched|unmodified)\b")
 # "Do not spend the last eval without a clear improvement on dev (scripts/bench.py) first"
 LAST_EVAL_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:spend|use|waste|burn)\s+(?:the\s+|your\s+)?(?:last|final|remaining)\s+eval\w*"
                           r"\s+(?:without|unless|before)\b")
@@ -398,6 +402,9 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 asked = re.search(rf"(?i)\b(?:revert|restore|reset|set|change|fix)\b[^;.]*{re.escape(path)}|"
                                   rf"{re.escape(path)}[^;.]*\b(?:back\s+to|to)\b", sent[:m.start()])
                 out.append(d("forbid_write", norm_path(path), {"first_allowed": "1"} if asked else {}))
+        for m in STAYS_AS_IS_RE.finditer(sent):
+            if not any(x.kind == "forbid_write" and x.target == norm_path(m.group(1)) for x in out):
+                out.append(d("forbid_write", norm_path(m.group(1))))
         m = EVAL_IF_RE.search(sent)
         if m and (v := _G_NUM_RE.match(m.group("v"))) is not None:
             words = [w for w in re.findall(r"[A-Za-z][\w-]{3,}", m.group("metric")) if w.lower() not in _METRIC_STOP]
@@ -639,8 +646,11 @@ def directives(f: Facts) -> list[Directive]:
 
 
 def _script_flags(f: Facts) -> frozenset[str]:
-    """The provided scripts' flags a human may name without dashes (``resolved_only``: two words joined)."""
-    return frozenset(m for s in f.scripts for m in re.findall(r"--([A-Za-z]\w*[_-]\w+)", f.script_docs.get(s, "")))
+    """The provided scripts' flags a human may name without dashes: two words joined (``resolved_only``), or
+    one word of five letters or more that takes a number (``[--concurrency 24]``: "keep the default
+    concurrency (24)")."""
+    return frozenset(m for s in f.scripts for m in re.findall(r"--([A-Za-z]\w*[_-]\w+|[A-Za-z]{5,}(?=[= ]\d))",
+                                                             f.script_docs.get(s, "")))
 
 
 def _with_flag_dashes(text: str, flags: frozenset[str]) -> str:
@@ -1301,13 +1311,17 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
 _G_SUBJ_RE = re.compile(r"--([A-Za-z][\w-]*)|`([A-Za-z_][\w.-]*)`|(?<![\w/.-])([A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]*[A-Za-z0-9])(?![\w/-]|\.\w)")
 _G_TOPICS = {**_TOPIC_KEYS, "alpha": r"(?:^|_)alpha(?:_|$)", "gamma": r"(?:^|_)gamma(?:_|$)", "top-p": r"top_p",
              "top p": r"top_p", "dropout": r"dropout", "label smoothing": r"label_smoothing",
-             "learning-rate": r"learning_rate|(?:^|_)lr(?:_|$)", "batch-size": r"batch"}
+             "learning-rate": r"learning_rate|(?:^|_)lr(?:_|$)", "batch-size": r"batch", "temp": r"(?:^|_)temp(?:erature)?(?:_|$)"}
 _G_TOPIC_RE = re.compile(r"(?i)\b(" + "|".join(sorted((re.escape(t) for t in _G_TOPICS if " " in t or "-" in t or len(t) > 3),
                                                          key=len, reverse=True)) + r"|lr|kl)\b")
+_G_WEIGHT_RE = re.compile(r"(?i)\b([a-z]{3,})\s+(?:weight|coef(?:ficient)?)\b(?!\s+decay)")
+_G_WEIGHT_STOP = frozenset({"the", "its", "this", "that", "each", "every", "any", "loss", "class", "sample", "model", "new",
+                            "same", "total", "reward", "your", "our", "their", "which", "what"})
 _G_NUM_RE = re.compile(r"(?<![\w.-])(-?\d[\d,]*(?:\.\d+)?(?:[eE]-?\d+)?)(k|K|%)?(?!\w|\.\d|,\d)")
 _G_CUE_RE = re.compile(r"(?i)\b(?:keep|kept|use|set|stay|stays|remain|remains|stick|cap|capped|limit|leave|fix|pin|hold|must|should|need|needs|"
                        r"only|never|don'?t|do\s+not|no\s+more|at\s+most|at\s+least|make\s+sure|ensure|aim|avoid|"
-                       r"not\s+(?:above|over|below|under|exceed|more|less|higher|lower))\b")
+                       r"not\s+(?:above|over|below|under|exceed|more|less|higher|lower)|no\s+(?:higher|lower|more|less|fewer)\s+than|"
+                       r"or\s+(?:higher|lower|more|less|above|below|greater|smaller))\b")
 _NEGW = r"(?:not|never|don'?t|do\s+not|no)\s+(?:[\w-]+\s+){0,3}?"
 _G_UP = r"(?:above|over|higher\s+than|more\s+than|greater\s+than|beyond|past|exceed\w*)"
 _G_DOWN = r"(?:below|under|lower\s+than|less\s+than|fewer\s+than)"
@@ -1325,7 +1339,7 @@ _G_POST_LE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:lower|less|b
 _G_POST_GE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:higher|more|above|greater|larger|up)|at\s+least|minimum\b)")
 _G_EQ_PRE = re.compile(r"(?i)(?:\b(?:at|to|of|=|:)|=|:)\s*$")
 _G_EQ_CUE_RE = re.compile(r"(?i)\b(?:keep|use|set|leave|fix|pin|stick|stay|stays|remain|remains|hold|pass)\b")
-_G_ADJ_RE = re.compile(r"(?i)\s*(?:[=:]|at|to|of|is|stays?\s+at|remains?\s+at|fixed\s+at)?\s*")
+_G_ADJ_RE = re.compile(r"(?i)\s*(?:[=:]|at|to|of|is|stays?\s+at|remains?\s+at|fixed\s+at|\()?\s*")
 _G_RANGE_RE = re.compile(r"(?i)\b(?:between|from|in\s+(?:the\s+)?(?:range\s+)?\[?)\s*(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)\s*(?:and|to|-|–|,)\s*"
                          r"(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)\]?")
 _COUNT_UNITS_RE = re.compile(r"(?i)^\s*(?:[\w-]+\s+){0,2}?(?:examples|rows|pairs|samples|records|items|questions|lines|instances|"
@@ -1344,6 +1358,10 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
         rx = _G_TOPICS.get(m.group(1).lower())
         if rx and not any(s <= m.start() < e for s, e, _, _ in out):
             out.append((m.start(), m.end(), rx, "regex"))
+    for m in _G_WEIGHT_RE.finditer(sent):  # "term weight" → w_term, term_weight, term_w, term_coef
+        w = m.group(1).lower()
+        if w not in _G_WEIGHT_STOP and not any(s <= m.start() < e or s < m.end() <= e for s, e, _, _ in out):
+            out.append((m.start(), m.end(), rf"(?:^|_)(?:w_?{w}|{w}_?(?:w|weight|coef|coeff))(?:_|$)", "regex"))
     return sorted(out)
 
 
