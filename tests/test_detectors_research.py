@@ -781,3 +781,27 @@ def test_round_8_usage_layouts_stated_durations_short_checks_and_directive_shape
     pl = lambda c: bg(f"python scripts/plans.py --out outputs/p.jsonl --concurrency {c}", "p")  # noqa: E731
     tr = traj(g(st("list_files"), "for the test run keep the default concurrency (24)."), pl(24), pl(48), desc=DESC, facts=facts_c)
     assert list(drops(tr, "violate_instruction")) == [2]
+
+
+def test_round_8_serial_flags_serial_forward_passes_and_qualified_own_versions():
+    """A provided script run with its batch/concurrency flag at 1 (its line shows more); a created script that
+    runs the model's forward pass one row at a time; ``strict_leak.py`` is its own ``leak_check.py``."""
+    from apollo.supervision.detectors import serial_forward
+
+    scripts = {**SCRIPTS, "scripts/ppl.py": "- `python scripts/ppl.py --in F --out F [--gpus 4 --bs 8]`: perplexity (HF).",
+               "scripts/leak_check.py": "- `python scripts/leak_check.py --in F --out F`: CPU; drops dialogues that leak "
+                                        "the answer."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = traj(run("python scripts/ppl.py --in a --out outputs/p.tsv --bs 1"), run("python scripts/ppl.py --in a --out b --bs 8"),
+              run("python scripts/ppl.py --in a --out c --gpus 1"), desc=DESC, facts=facts)
+    assert list(drops(tr, "inefficient_inference")) == [0]  # (--gpus 1 is no batch flag)
+    loop = ("import torch\nmodel = load().to('cuda')\nfor r in rows:\n    enc = tok(r['text'], return_tensors='pt').to('cuda')\n"
+            "    with torch.no_grad():\n        p = model(**enc)\n")
+    assert "one item per loop iteration" in serial_forward(loop)
+    batched = loop.replace("for r in rows:\n    enc = tok(r['text'],", "for k in range(0, len(rows), 64):\n    enc = tok([r['text'] "
+                                                                    "for r in rows[k:k + 64]], padding=True,")
+    assert serial_forward(batched) is None
+    assert list(drops(traj(created("tools/err_dump.py", loop), run("python tools/err_dump.py"), desc=DESC, facts=facts),
+                      "inefficient_inference")) == [0, 1]
+    own = created("scripts/strict_leak.py", "import json, sys\nfor line in open(sys.argv[1]):\n    pass\n")
+    assert list(drops(traj(own, run("python scripts/strict_leak.py a b"), desc=DESC, facts=facts), "ignore_script")) == [0, 1]

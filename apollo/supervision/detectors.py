@@ -271,7 +271,8 @@ def _name_words(path: str) -> set[str]:
 
 _GENERIC = {"my", "own", "new", "simple", "lean", "fast", "quick", "custom", "tmp", "v2", "v3", "alt", "mini", "tiny",
             "run", "do", "script", "tool", "main", "test", "all", "the", "py", "sh", "data", "utils", "util", "common",
-            "config", "helper", "helpers", "lib", "io", "better", "improved", "fixed", "local", "cheap", "inproc"}
+            "config", "helper", "helpers", "lib", "io", "better", "improved", "fixed", "local", "cheap", "inproc",
+            "strict", "loose", "robust", "naive", "manual", "basic", "smart", "safe", "extra", "stricter", "safer"}
 _DOC_PATH_RE = re.compile(r"((?:[\w.<>{}-]+/)+[\w.<>{}-]+\.[A-Za-z]\w*)")
 
 
@@ -619,6 +620,31 @@ def one_at_a_time(code: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=2048)
+def serial_forward(code: str) -> str | None:
+    """How a script runs a GPU model's forward pass on one item per loop iteration (None: it does not): a
+    tokenizer call with tensors for the model, then the model called on them, in the loop's body
+    (``enc = tok(r["text"], return_tensors="pt").to("cuda"); p = model(**enc)`` for each row)."""
+    import ast
+
+    if "return_tensors" not in code or not (_GPU_CODE_RE.search(code) or "cuda" in code):
+        return None
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or _loop_iters_batches(loop):
+            continue
+        nodes = [n for b in loop.body for n in ast.walk(b)]
+        if any(isinstance(n, ast.Call) and any(k.arg == "return_tensors" for k in n.keywords) for n in nodes):
+            fwd = next((n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                        and any(k.arg is None for k in n.keywords)), None)
+            if fwd is not None:
+                return f"runs the model's forward pass ({ast.unparse(fwd.func)}(**…)) on one item per loop iteration"
+    return None
+
+
 def _counts_turns(loop: Any) -> bool:
     """A ``for`` over ``range(…)``: the turns of one episode (each waits on the last), not a pass over items."""
     import ast
@@ -655,6 +681,29 @@ def inline_one_at_a_time(cmd: str) -> str | None:
     return None
 
 
+# a batch or concurrency flag: set to 1 where the script's usage line shows a larger default, one item at a time
+_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch[_-]?size|(?:max[_-])?concurrency|n[_-]?parallel|parallel(?:ism)?|"
+                            r"max[_-]num[_-]seqs|per[_-]device[_-](?:eval|infer\w*)[_-]batch[_-]size)$")
+
+
+def _serial_flag(f: Facts, i: int) -> str | None:
+    """A provided script run with its batch or concurrency flag at 1 where its usage line shows a larger default
+    (``ppl_filter.py [--bs 8]`` run with ``--bs 1``, ``run_dev.py [--concurrency 24]`` with ``--concurrency 1``)."""
+    cmd = f.command(i)
+    if "1" not in cmd:
+        return None
+    for s in f.script_runs(i):
+        doc = f.script_docs.get(s)
+        sig = signature(doc) if doc else None
+        if sig is None:
+            continue
+        _, flags = script_args(cmd, s, sig)
+        for fl, default in sig.flags:
+            if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and flags.get(fl) == "1":
+                return f"runs {s} with {fl} 1 (its usage line shows {fl} {default}): one item at a time"
+    return None
+
+
 @register("inefficient_inference", judge_tools=("run_command", "create_file"))
 def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Generating one sample at a time (a script the agent writes, and each run of it), or running plain
@@ -664,7 +713,7 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
         tool = f.tools[i]
         if tool == "create_file" and f.oks[i] and str(f.args[i].get("path", "")).endswith(".py"):
             code = f.args[i].get("content")
-            how = one_at_a_time(code) if isinstance(code, str) else None
+            how = (one_at_a_time(code) or serial_forward(code)) if isinstance(code, str) else None
             if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
                 # (transformers batches too: one sample per generate call wastes a GPU with or without vLLM;
                 # on a CPU-only machine there is no accelerator to leave idle)
@@ -674,7 +723,7 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
             continue
         cmd = f.command(i)
         code = f.known_code[i]
-        slow = [(s, h) for s in f.script_runs(i) if (h := one_at_a_time(code.get(s, "")))
+        slow = [(s, h) for s in f.script_runs(i) if (h := one_at_a_time(code.get(s, "")) or serial_forward(code.get(s, "")))
                 and ("transformers" not in h or f.vllm_available or (f.gpus or 0) >= 1)]
         if slow:
             out.append(_drop(i, "inefficient_inference", f"runs {slow[0][0]}, which {slow[0][1]}"))
@@ -682,6 +731,10 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
         how = inline_one_at_a_time(cmd)
         if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
             out.append(_drop(i, "inefficient_inference", f"runs a command that {how}"))
+            continue
+        serial = _serial_flag(f, i)
+        if serial:
+            out.append(_drop(i, "inefficient_inference", serial))
             continue
         if not f.vllm_available:
             continue
