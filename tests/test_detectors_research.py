@@ -805,3 +805,15 @@ def test_round_8_serial_flags_serial_forward_passes_and_qualified_own_versions()
                       "inefficient_inference")) == [0, 1]
     own = created("scripts/strict_leak.py", "import json, sys\nfor line in open(sys.argv[1]):\n    pass\n")
     assert list(drops(traj(own, run("python scripts/strict_leak.py a b"), desc=DESC, facts=facts), "ignore_script")) == [0, 1]
+
+
+def test_a_sleep_before_a_job_was_launched_does_not_wait_for_it():
+    """A command that reads a job's output counts as the agent taking the job as finished only after a sleep
+    since that job's launch: a sleep before a retrain does not make the retrain done (blind_research7 dev)."""
+    sleep = st("sleep", {"seconds": 1500}, "Slept 1500 s.")
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    read = run("python scripts/bench.py --model outputs/ckpt/final")
+    # slept, then relaunched, then read the old checkpoint: the retrain still runs, so the next sleep waits for it
+    assert drops(t(train, sleep, train, read, sleep), "resource_waste") == {}
+    # slept after the launch, then read its output: taken as finished, a second long sleep waits for nothing
+    assert list(drops(t(train, sleep, read, sleep), "resource_waste")) == [3]

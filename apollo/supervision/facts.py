@@ -882,14 +882,15 @@ class Facts:
         jobs share one tuple)."""
         pending: tuple[Job, ...] = ()
         out = []
-        # an ok sleep at a step with some job pending; never reset, so it is not per job: once set, a later
-        # consumer of any pending job's output (also of a job launched after the sleep) treats that job as done
-        slept = False
+        # the last ok sleep at a step with some job pending: a later consumer of a pending job's output treats
+        # that job as done if the agent slept after launching it (a job launched after the sleep is not waited for)
+        slept = -1
         for i in range(self.n):
             out.append(pending)
             if pending:
-                slept = slept or (self.tools[i] == "sleep" and self.oks[i])
-                left = tuple(j for j in pending if not (self._shows_done(i, j) or (slept and self._consumes(i, j))))
+                if self.tools[i] == "sleep" and self.oks[i]:
+                    slept = i
+                left = tuple(j for j in pending if not (self._shows_done(i, j) or (slept > j.step and self._consumes(i, j))))
                 if len(left) != len(pending):
                     pending = left
             if self.background(i):
