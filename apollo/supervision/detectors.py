@@ -767,6 +767,18 @@ def _spec_checks(tool: str) -> tuple[tuple[str, ...], frozenset[str], tuple[str,
     return required, frozenset(spec.params), nonempty
 
 
+@lru_cache(maxsize=4096)
+def _arg_shape(tool: str, keys: tuple[str, ...]) -> tuple[list[str], list[str], tuple[str, ...]] | None:
+    """(required params not among ``keys``, unknown keys, string params among them that must not be empty) of a
+    call of ``tool`` with these argument names (None: a tool without a spec); callers must not mutate it."""
+    checks = _spec_checks(tool)
+    if checks is None:
+        return None
+    required, params, nonempty = checks
+    return ([n for n in required if n not in keys], sorted(k for k in keys if k not in params),
+            tuple(n for n in nonempty if n in keys))
+
+
 @register("invalid_action")
 def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """No tool call, an empty response, an unknown tool, missing/unknown/empty arguments."""
@@ -787,13 +799,13 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
         elif not isinstance(a.arguments, dict):
             reason = "arguments are not an object"
         else:
-            checks = _spec_checks(a.tool)  # type: ignore[arg-type]
-            if checks is not None:
-                required, params, nonempty = checks
-                args = a.arguments
-                missing = [n for n in required if args.get(n) is None]
-                unknown = [] if params.issuperset(args) else sorted(k for k in args if k not in params)
-                empty = [n for n in nonempty if isinstance(v := args.get(n), str) and (not v or v.isspace())]
+            args = a.arguments
+            shape = _arg_shape(a.tool, tuple(args))  # type: ignore[arg-type]
+            if shape is not None:
+                missing, unknown, nonempty = shape
+                if None in args.values():  # (a key given as null is missing too)
+                    missing = [n for n in _spec_checks(a.tool)[0] if args.get(n) is None]  # type: ignore[index]
+                empty = [n for n in nonempty if isinstance(v := args[n], str) and (not v or v.isspace())]
                 if missing:
                     reason = f"{a.tool} is missing required argument(s) {missing}"
                 elif unknown:

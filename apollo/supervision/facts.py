@@ -585,30 +585,41 @@ class Facts:
         self.steps = traj.steps
         self.n = len(traj.steps)
         self._memo: dict[str, list[Any]] = {}  # per_step results: method → value per step
-        self.tools: list[str | None] = []
-        self.args: list[dict[str, Any]] = []
-        self.obs: list[str] = []
-        self.oks: list[bool] = []  # the tool ran: valid call, not refused, no tool error
-        self.commands: list[str] = []  # run_command's command ("" otherwise)
-        self.backgrounds: list[bool] = []  # see :meth:`background`
+        tools: list[str | None] = []
+        args_: list[dict[str, Any]] = []
+        obs: list[str] = []
+        oks: list[bool] = []
+        commands: list[str] = []
+        backgrounds: list[bool] = []
         for s in traj.steps:
             a, o = s.action, s.observation
-            args = a.arguments if isinstance(a.arguments, dict) else {}
-            text = o.text
-            self.tools.append(a.tool)
-            self.args.append(args)
-            self.obs.append(text)
-            ok = a.tool is not None and a.parse_error is None and not o.refused and not call_failed(text)
-            self.oks.append(ok)
-            c = args.get("command") if a.tool == "run_command" else None
-            cmd = c if isinstance(c, str) else ""
-            self.commands.append(cmd)
-            bg = False
-            if ok and a.tool == "run_command":
-                cmd = cmd.rstrip()
-                bg = (is_false(args.get("wait_for_completion", True)) or "[still running in background session" in text
-                      or (cmd.endswith("&") and not cmd.endswith("&&")) or cmd.startswith("nohup "))
-            self.backgrounds.append(bg)
+            tool, args, text = a.tool, a.arguments, o.text
+            if not isinstance(args, dict):
+                args = {}
+            tools.append(tool)
+            args_.append(args)
+            obs.append(text)
+            ok = tool is not None and a.parse_error is None and not o.refused and not call_failed(text)
+            oks.append(ok)
+            if tool == "run_command":
+                c = args.get("command")
+                cmd = c if isinstance(c, str) else ""
+                commands.append(cmd)
+                if ok:
+                    cmd = cmd.rstrip()
+                    backgrounds.append(is_false(args.get("wait_for_completion", True))
+                                       or "[still running in background session" in text
+                                       or (cmd.endswith("&") and not cmd.endswith("&&")) or cmd.startswith("nohup "))
+                    continue
+            else:
+                commands.append("")
+            backgrounds.append(False)
+        self.tools = tools
+        self.args = args_
+        self.obs = obs
+        self.oks = oks  # the tool ran: valid call, not refused, no tool error
+        self.commands = commands  # run_command's command ("" otherwise)
+        self.backgrounds = backgrounds  # see :meth:`background`
 
     # -- task text ------------------------------------------------------------------------------
     @cached_property
