@@ -1121,20 +1121,30 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
     return not job.server and slept is not None and any(f.tools[k] == "eval" and f.oks[k] for k in range(slept + 1, i))
 
 
-SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (its GPU count is no waste)
+SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (see _short_check)
 _ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)")
+
+
+def _short_check(f: Facts, script: str) -> bool:
+    """A short check, whose GPU count is no waste: named as one (``bench.py``, ``eval_dev.py``) or stated by the task
+    to take at most :data:`SHORT_CHECK_S` ("the dev script about 2 minutes"), unless its line says it runs on
+    several GPUs (a job, whatever its name)."""
+    if _multi_gpu_doc(f, script):
+        return False
+    if _CHECK_NAME_RE.search(script):
+        return True
+    took = job_duration(f.description, script)
+    return took is not None and took <= SHORT_CHECK_S
 
 
 def _documented_count(f: Facts, i: int, used: int) -> bool:
     """The command passes the GPU count that the provided script's usage line itself shows
-    (``macro_dev.py --ckpt DIR [--tune_thresholds --gpus 1]`` run with ``--gpus 1``): the documented way to run it."""
+    (``macro_dev.py --ckpt DIR [--tune_thresholds --gpus 1]`` run with ``--gpus 1``), or runs on one GPU a script
+    whose line says it runs on one: the documented way to run it."""
     cmd = f.command(i)
     for s in f.script_runs(i):
         if used == 1 and _ONE_GPU_DOC_RE.search(f.script_docs.get(s, "")):
             return True  # "Runs on one GPU by design"
-        took = job_duration(f.description, s)
-        if took is not None and took <= SHORT_CHECK_S and not _multi_gpu_doc(f, s):
-            return True  # "the dev script about 2 minutes": a short check on few GPUs is no waste
         sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
         if sig is None:
             continue
@@ -1193,7 +1203,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) \
-                    and not f.is_server(i) and not any(_CHECK_NAME_RE.search(s) and not _multi_gpu_doc(f, s) for s in runs) \
+                    and not f.is_server(i) and not any(_short_check(f, s) for s in runs) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
                 busy = 0

@@ -364,6 +364,7 @@ def _stem_words(path: str) -> list[str]:
     return [w for w in re.split(r"[_\-.]+", stem) if len(w) >= 3 and w not in _STEM_STOP]
 
 
+@lru_cache(maxsize=4096)
 def job_duration(description: str, script: str) -> float | None:
     """Seconds the task says ``script``'s job takes (None: it does not say): the stated clause that names the
     script — its file name, or a word of its name as the clause's subject ("GRPO (300 steps) takes about 90
