@@ -817,3 +817,43 @@ def test_a_sleep_before_a_job_was_launched_does_not_wait_for_it():
     assert drops(t(train, sleep, train, read, sleep), "resource_waste") == {}
     # slept after the launch, then read its output: taken as finished, a second long sleep waits for nothing
     assert list(drops(t(train, sleep, read, sleep), "resource_waste")) == [3]
+
+
+def test_round_9_order_rules_gpu_minimums_comparisons_fixed_lists_and_finish_after():
+    """Round 9 (tuned on blind_research8): "do not start X before Y has finished" / "X only after Y has
+    finished" (an order between jobs, not a ban), "dont run grpo on fewer than 6 gpus", "dont use flip k>1",
+    "optimizer/lr/steps are fixed", "keep margin at 0", "after the 2nd eval just finish", and a flag asked for
+    a second script of the same sentence."""
+    def kinds(text):
+        return [(d.kind, d.target, d.values.get("after") or d.values.get("op"), d.values.get("v")) for d in extract(text)]
+
+    assert kinds("do NOT start training before the judge has finished") == [("order", "training", "judge", None)]
+    assert ("order", "scripts/dev.py", "training", None) in kinds("run scripts/dev.py only after training has finished")
+    assert not [k for k in kinds("run scripts/dev.py only after training has finished") if k[0] == "use_script"]
+    assert kinds("dont use flip k>1, extra flips are near dupes")[0][:4] == ("bound", "k", "le", "1")
+    assert {k[1] for k in kinds("also optimizer/lr/steps are fixed - only the loss: section is yours")} >= \
+        {"(?:^|[_.])optimizer$", "(?:^|[_.])steps$"}
+    assert kinds("after the 2nd eval just finish, no more evals please") == [("finish_after", "", None, None)]
+
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    judge = bg("python scripts/rewrite.py --input a --output outputs/judged.jsonl --model m --tensor_parallel_size 8", "judge")
+    train = bg("bash scripts/train.sh outputs/judged.jsonl outputs/ckpt", "train")
+    rule = "do NOT start training before the judge has finished"
+    # training launched while the judge still runs breaks the order; after the judge is seen idle it does not
+    assert list(drops(t(judge, g(sleep, rule), train), "violate_instruction")) == [2]
+    assert drops(t(judge, g(sleep, rule), idle("judge"), train), "violate_instruction") == {}
+    # the bench only after training has finished: a bench while the trainer runs breaks it, after its end it does not
+    bench = run("python scripts/bench.py --model outputs/ckpt/checkpoint-100")
+    rule = "train on all 8 GPUs, and run bench only after training has finished"
+    assert list(drops(t(g(train, rule), sleep, bench), "violate_instruction")) == [2]
+    assert drops(t(g(train, rule), sleep, idle("train"), bench), "violate_instruction") == {}
+    # "after the 2nd eval just finish": the 2nd eval is allowed, the work after it is not (once)
+    tr = t(ev(), st("list_files"), g(ev("Evaluation 2/3: overall_score=12"), "after the 2nd eval just finish, no more evals"),
+           run("cut -f1 outputs/a.tsv > outputs/b.tsv"), run("cut -f2 outputs/a.tsv > outputs/c.tsv"), st("finish"))
+    assert list(drops(tr, "violate_instruction")) == [3]
+    # a flag asked for the second script of the sentence is that script's
+    ver = lambda flags: run(f"python scripts/verify_answers.py --input a --output outputs/v.jsonl{flags}")  # noqa: E731
+    rw = run("python scripts/rewrite.py --input a --output outputs/r.jsonl --model m")
+    rule = "Use rewrite.py, and run verify_answers with --strict. Not negotiable."
+    assert list(drops(t(g(rw, rule), ver(""), ver(" --strict")), "violate_instruction")) == [1]

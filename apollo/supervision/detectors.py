@@ -1261,6 +1261,8 @@ def _gpu_count_breach(f: Facts, i: int, d: Any) -> str | None:
     if d.target:
         if not any(r == d.target or r.endswith("/" + d.target) or d.target.endswith("/" + r) for r in runs):
             return None
+    elif d.values.get("word") and not re.search(rf"(?i){re.escape(d.values['word'])}", f.command(i)):
+        return None  # "dont run grpo on fewer than 6 gpus": the runs that name it
     elif d.values.get("train") and not launches_training(f, i):
         return None
     gpu, used = gpu_job(f, i)

@@ -909,6 +909,22 @@ class Facts:
                 pending = tuple(j for j in pending if j.session != self.session(i)) + (self._job(i),)
         return out
 
+    def unfinished_jobs(self, i: int) -> list[Job]:
+        """Jobs (servers excluded) launched in the background before step ``i`` and not *seen* finished
+        before it: no session state, log or output file showed their end, and no later launch replaced them
+        in their session. Unlike :attr:`jobs_before`, a reader of a job's output after a sleep does not
+        count as its end: an order rule ("run Y only after X has finished") asks for X's end itself."""
+        out = []
+        for j in range(i):
+            if not (self.background(j) and self.oks[j]):
+                continue
+            job = self._job(j)
+            if job.server or any(self.background(k) and self.session(k) == job.session for k in range(j + 1, i)):
+                continue
+            if not any(self._shows_done(k, job) for k in range(j + 1, i)):
+                out.append(job)
+        return out
+
     def _per_jobs(self, fn) -> list:
         """``fn(jobs)`` for each step's :attr:`jobs_before`, computed once per distinct tuple."""
         out, last, val = [], None, None
