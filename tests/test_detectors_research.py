@@ -857,3 +857,41 @@ def test_round_9_order_rules_gpu_minimums_comparisons_fixed_lists_and_finish_aft
     rw = run("python scripts/rewrite.py --input a --output outputs/r.jsonl --model m")
     rule = "Use rewrite.py, and run verify_answers with --strict. Not negotiable."
     assert list(drops(t(g(rw, rule), ver(""), ver(" --strict")), "violate_instruction")) == [1]
+
+
+def test_round_9_what_carries_a_change_out_is_not_the_regression_and_launcher_less_usage_lines():
+    """Round 9 (blind_research8): a torchrun retrain on more GPUs, an edit that mends the file the last run
+    crashed on, a command that only deletes intermediate checkpoints and a command that goes on from what a
+    directive breach wrote are no causes of a lower score; a usage line without a launcher gives the GPU
+    argument; "(1 GPU)" is a one-GPU script; a reader that crashed does not show a job finished."""
+    from apollo.supervision.facts import signature
+
+    ev_at = lambda *pairs: [EvalRecord(step=s, score=v) for s, v in pairs]  # noqa: E731
+    tr4 = bg("torchrun --nproc_per_node 4 scripts/train_v.py --train outputs/sft.jsonl --out outputs/ckpt", "train")
+    tr8 = bg("torchrun --nproc_per_node 8 scripts/train_v.py --train outputs/sft.jsonl --out outputs/ckpt", "train")
+    cap = run("cat outputs/a.jsonl outputs/b.jsonl | head -n 1000 > outputs/sft.jsonl")
+    steps = [tr4, idle("train"), ev(), cap, tr8, idle("train"), ev()]
+    assert list(drops(t(*steps, evals=ev_at((2, 60.0), (6, 50.0))), "performance_regression")) == [3]
+    crash = run("python scripts/mk.py --out outputs/a.jsonl", "$ python scripts/mk.py\nTraceback (most recent call last):\n"
+                "  File \"scripts/mk.py\", line 3\nNameError: name 'ordr' is not defined\n\n[finished, exit code 1]", 1)
+    fix = st("edit_file", {"path": "scripts/mk.py", "start_line": 3, "end_line": 3, "content": "order = 1"}, "Edited")
+    steps = [tr4, idle("train"), ev(), crash, fix, cap, tr8, idle("train"), ev()]
+    assert list(drops(t(*steps, evals=ev_at((2, 60.0), (8, 50.0))), "performance_regression")) == [5]
+    rm = run("rm -rf outputs/ckpt/checkpoint-*")
+    steps = [tr4, idle("train"), ev(), cap, tr8, idle("train"), rm, st("finish", {}, "Finished.")]
+    forced = [EvalRecord(step=2, score=60.0), EvalRecord(step=8, score=50.0, forced=True)]
+    assert list(drops(t(*steps, evals=forced), "performance_regression")) == [3]
+
+    assert signature("scripts/train_math.sh      DATA OUT [NGPU] # SFT, default 8 GPUs").positional == ("DATA", "OUT", "NGPU")
+    assert signature("scripts/x.py Filters the rows") is None  # prose after the path is no usage
+    scripts = {**SCRIPTS, "scripts/tm.sh": "scripts/tm.sh      DATA OUT [NGPU] # SFT of the 7B model, default 8 GPUs",
+               "scripts/fdev.py": "| `scripts/fdev.py` | `python scripts/fdev.py --ckpt DIR` | dev score (1 GPU) |"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = traj(bg("bash scripts/tm.sh outputs/sft.jsonl outputs/ckpt 4", "train"), run("python scripts/fdev.py --ckpt o"),
+              desc=DESC, facts=facts)
+    assert list(drops(tr, "resource_waste")) == [0]
+    # the dev script crashed on the missing checkpoint: the trainer still runs, the sleeps wait for it
+    dev = run("python scripts/bench.py --model outputs/ckpt/final", "$ python scripts/bench.py --model outputs/ckpt/final\n"
+              "OSError: outputs/ckpt/final does not appear to have a file named config.json.\n\n[finished, exit code 1]", 1)
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    assert drops(t(bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train"), dev, sleep), "resource_waste") == {}

@@ -857,10 +857,20 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
         before = []
         causes = []
         end = min(pos1, f.n)
+        # what the window's breaches wrote: a command that goes on from it carries the breach out (not a cause)
+        breach_outs = {o for i in window if i in breaches and f.tools[i] == "run_command"
+                       for o in (f._job(i).outputs if f.background(i) else f.written_paths(i))}
         for i in window:
             if not f.writes[i] or i in breaches:
                 continue  # (a breach of a directive is violate_instruction: named once)
             tool = f.tools[i]
+            if tool == "run_command" and (
+                    (f.steps[i].observation.exit_code and not f.background(i))  # crashed: it changed nothing
+                    or _only_removes(f, i)
+                    or any(o in f.command(i) and o not in f.written_paths(i) for o in breach_outs)):
+                continue
+            if tool == "edit_file" and _repairs_crash(f, i):
+                continue  # an edit that mends what the last run crashed on restores, it does not change the result
             if tool == "run_command":
                 cmd = _shape(f.command(i))
                 parts = _script_parts(f.command(i))
@@ -900,18 +910,46 @@ def _part_shapes(cmd: str) -> tuple[str, ...]:
     return tuple(_shape(p.strip()) for p in re.split(r"&&|\|\||;|\n", cmd) if p.strip())
 
 
+_GPU_COUNT_SHAPE_RE = re.compile(r"(--(?:nproc[_-]per[_-]node|num[_-]gpus|num[_-]processes|n[_-]?gpus?|gpus)[=\s]+)\d+\b"
+                                 r"|(?<![\w-])(CUDA_VISIBLE_DEVICES=)[\d,]+")
+
+
 @lru_cache(maxsize=4096)
 def _shape(cmd: str) -> str:
     """A command with its file paths blanked: ``launch_sft.sh outputs/train_v3.jsonl outputs/fc_sft`` has the
     shape of ``launch_sft.sh outputs/train_v2.jsonl outputs/fc_sft`` (a retrain on new data); flags and
     values that are not paths still tell commands apart (``--sort ppl`` vs ``--sort q_score``)."""
-    toks = cmd.split()
+    # (how many GPUs a launch takes changes its speed, not what it computes: `torchrun --nproc_per_node 8 train.py`
+    # retrains what `--nproc_per_node 4` trained)
+    toks = _GPU_COUNT_SHAPE_RE.sub(lambda m: (m.group(1) or m.group(2)) + "<n>", cmd).split()
     head = next((k for k, t in enumerate(toks) if t.endswith((".py", ".sh"))), -1)
     # (a bare integer argument after the script is a count of GPUs or workers: `train_sft.sh DATA OUT 8` retrains
     # what `… 4` trained; a flag's value, `--epochs 3`, still tells commands apart)
     return " ".join(t if k <= head or not ("/" in t or re.search(r"\.\w{2,5}$", t)
                                            or (t.isdigit() and not toks[k - 1].startswith("-"))) else "<path>"
                     for k, t in enumerate(toks))
+
+
+_RM_ONLY_RE = re.compile(r"^\s*rm\s+(?:-\w+\s+)*((?:[^\s;&|]+\s*)+)$")
+
+
+def _only_removes(f: Facts, i: int) -> bool:
+    """Run_command ``i`` only deletes files, none of them what the evaluation reads (intermediate checkpoints,
+    scratch folders)."""
+    m = _RM_ONLY_RE.match(f.command(i))
+    if not m:
+        return False
+    paths = [norm_path(p.rstrip("/*").replace("/workspace/", "", 1)) for p in m.group(1).split()]
+    return bool(paths) and not any(covers(p, e) or covers(e, p) for p in paths if p for e in f.eval_inputs)
+
+
+def _repairs_crash(f: Facts, i: int) -> bool:
+    """Edit ``i`` touches the file that the last command before it crashed on (the traceback or the command names
+    it): a repair."""
+    path = norm_path(f.args[i].get("path"))
+    last = next((j for j in range(i - 1, -1, -1) if f.tools[j] == "run_command" and f.oks[j]), None)
+    return bool(path) and last is not None and bool(f.steps[last].observation.exit_code) and \
+        (path in f.command(last) or path in f.obs[last]) and "Traceback" in f.obs[last]
 
 
 def _feeds_result(f: Facts, i: int, end: int) -> bool:
@@ -1122,7 +1160,7 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
 
 
 SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (see _short_check)
-_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)")
+_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)|\((?:one|1|a\s+single)\s+GPU\)")
 
 
 def _short_check(f: Facts, script: str) -> bool:

@@ -242,6 +242,10 @@ def redirect_targets(cmd: str) -> tuple[str, ...]:
 _USAGE_RE = re.compile(r"`(?:[^`]*?\s)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`]*)?)`")  # `[launcher ] path[ args]`
 _BARE_USAGE_RE = re.compile(r"\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
                             r"(?:\s+-{1,2}[\w-]+(?:[=\s]\d+)?)*\s+((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`()]*)?)$")
+# a usage block line without a launcher ("scripts/train_math.sh      DATA OUT [NGPU]", then its "#" comment): only
+# argument names, flags and brackets may follow the path (prose after it is a description, not a usage)
+_PATH_USAGE_RE = re.compile(r"\s*((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s+\[?(?:-{1,2}[\w-]+(?:[=\s](?:[A-Z][A-Z0-9_|]*|\d+))?"
+                            r"|[A-Z][A-Z0-9_]*)\]*)+)\s*$")
 _OUT_NAME_RE = re.compile(r"^(?:OUT|OUTPUT|OUT_?DIR|OUTPUT_?DIR|SAVE_?DIR|SAVE_?PATH|DEST|DST)$")
 _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-_](?:path|dir)|dst|dest)$")
 # a provided script's line says it runs on the CPU ("CPU; …", "| CPU: …", "— CPU.", "runs on the CPU"), not a
@@ -280,7 +284,7 @@ def signature(doc: str) -> Signature | None:
             best = m
     m = best
     if m is None:  # a usage block without backticks ("    python scripts/x.py --in FILE [--dp 8]", then its comments)
-        m = _BARE_USAGE_RE.match(doc.split(" #", 1)[0]) if doc else None
+        m = (_BARE_USAGE_RE.match(doc.split(" #", 1)[0]) or _PATH_USAGE_RE.match(doc.split(" #", 1)[0])) if doc else None
     args = m.group(2) if m is not None else _marked_usage(doc or "")
     if args is None:
         return None
@@ -868,7 +872,8 @@ class Facts:
         seen = self.viewed_paths(i)
         if job.logs and any(p in seen for p in job.logs) and DONE_LINE_RE.search(STATUS_RE.sub("", ECHO_RE.sub("", text))):
             return True
-        if job.outputs and tool in ("run_command", "list_files", "open_file") and not self.background(i):
+        if job.outputs and tool in ("run_command", "list_files", "open_file") and not self.background(i) \
+                and not self.steps[i].observation.exit_code:  # (a crashed reader shows the output is not there yet)
             shown = ECHO_RE.sub("", text) if tool == "run_command" else text  # the output, not the command's echo
             names = [o for o in job.outputs if o in seen or (tool != "open_file" and os.path.basename(o) in shown)]
             return bool(names) and "No such file" not in text and "not found" not in text
