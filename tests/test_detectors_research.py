@@ -895,3 +895,23 @@ def test_round_9_what_carries_a_change_out_is_not_the_regression_and_launcher_le
               "OSError: outputs/ckpt/final does not appear to have a file named config.json.\n\n[finished, exit code 1]", 1)
     sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
     assert drops(t(bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train"), dev, sleep), "resource_waste") == {}
+
+
+def test_round_9_one_process_per_item_in_a_shell_loop_and_a_parallel_workers_flag_at_one():
+    """A shell loop over thousands of items whose body runs a provided model script (reloading the model per
+    item) or a one-liner calling the model; a provided script whose line runs W parallel workers, run with 1."""
+    scripts = {**SCRIPTS, "scripts/para.py": "- `python scripts/para.py --in F --out F [--tp 2 --dp 4]`: paraphrases claims "
+                                             "with the 32B model (vLLM, one batch).",
+               "scripts/count.py": "- `python scripts/count.py --in F`: CPU; counts tokens.",
+               "scripts/run_dev.py": ": `python scripts/run_dev.py --split dev|test --workers W --out F`: runs `solve` over a "
+                                     "split in W parallel workers."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    loop = "for i in $(seq 1 24000); do sed -n ${i}p d.jsonl > p/in.jsonl; python scripts/S --in p/in.jsonl --out p/$i.jsonl; done"
+    one = "for i in $(seq 0 399); do python -c \"from agent.client import Client; print(solve(q[$i], Client()))\"; done"
+    tr = traj(run(loop.replace("S", "para.py")), run(loop.replace("S", "count.py")), run(loop.replace("S", "para.py").replace("24000", "20")),
+              run(one), run(loop.replace("S", "para.py").replace("; done", " & done; wait")),
+              run("python scripts/run_dev.py --split dev --workers 1 --out o"),
+              run("python scripts/run_dev.py --split dev --workers 16 --out o"), desc=DESC, facts=facts)
+    d = drops(tr, "inefficient_inference")
+    assert sorted(d) == [0, 3, 5], d
+    assert "24,000 items" in d[0] and "400 items" in d[3]

@@ -70,6 +70,7 @@ from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     inline_programs,
     job_duration,
+    _script_runs,
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
@@ -681,9 +682,44 @@ def inline_one_at_a_time(cmd: str) -> str | None:
     return None
 
 
+# a shell loop over many items ("for i in $(seq 1 24000)", "while read line", "cat f | while"): one pass per item
+_ITEM_LOOP_RE = re.compile(r"(?s)\bfor\s+\w+\s+in\s+\$\(\s*seq\s+(?:(-?\d+)\s+)?(?:\d+\s+)?(\d+)\s*\)\s*;\s*do\b(.*?)\bdone\b"
+                           r"|\bwhile\s+(?:IFS=\S*\s+)?read\b[^;]*;\s*do\b(.*?)\bdone\b")
+# what a model call looks like in a one-liner, and in a provided script's line
+_MODEL_CALL_RE = re.compile(r"\bClient\(|\bLLM\(|\.generate\(|\bpipeline\(|\bsolve\(|\bjudge\w*\(|from_pretrained\(|"
+                            r"completions\.create\(")
+_MODEL_DOC_RE = re.compile(r"(?i)\bvLLM\b|\b\d+B\b|\bmodel\b|\bLLM\b|\bgenerat\w+|\bjudge[sd]?\b|\bparaphras\w+|\bserved\b|"
+                           r"\binference\b|\btensor[ -]parallel")
+
+
+def _process_per_item(f: Facts, i: int) -> str | None:
+    """A shell loop over many items (a ``seq`` of 50 or more, or the lines of a file) whose body starts a python
+    process that runs the model: a provided script that loads or calls one (its line says so), or a one-liner
+    that calls one; nothing in parallel. Each process reloads the model or waits for its one request."""
+    cmd = f.command(i)
+    if "do" not in cmd or "python" not in cmd:
+        return None
+    for m in _ITEM_LOOP_RE.finditer(cmd):
+        body = m.group(3) if m.group(3) is not None else m.group(4)
+        if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < 49:
+            continue
+        if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
+            continue
+        runs = [s for s in _script_runs(body) if _MODEL_DOC_RE.search(f.script_docs.get(s, ""))]
+        n = f"{int(m.group(2)) - int(m.group(1) or 1) + 1:,} items" if m.group(2) else "the lines of a file"
+        if runs:
+            return f"runs {runs[0]} once per item in a shell loop over {n}: the model is loaded (or called) per item"
+        if any(_MODEL_CALL_RE.search(code) for code in inline_programs(body)):
+            return f"starts one python process per item in a shell loop over {n}, each calling the model once"
+    return None
+
+
 # a batch or concurrency flag: set to 1 where the script's usage line shows a larger default, one item at a time
 _BATCH_FLAG_RE = re.compile(r"--(?:bs|batch[_-]?size|(?:max[_-])?concurrency|n[_-]?parallel|parallel(?:ism)?|"
                             r"max[_-]num[_-]seqs|per[_-]device[_-](?:eval|infer\w*)[_-]batch[_-]size)$")
+
+
+_WORKERS_FLAG_RE = re.compile(r"--(?:n[_-]?)?workers$|--num[_-]workers$|--threads$")
 
 
 def _serial_flag(f: Facts, i: int) -> str | None:
@@ -701,6 +737,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
         for fl, default in sig.flags:
             if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and flags.get(fl) == "1":
                 return f"runs {s} with {fl} 1 (its usage line shows {fl} {default}): one item at a time"
+            if _WORKERS_FLAG_RE.match(fl) and flags.get(fl) == "1" and re.search(
+                    rf"(?i)\bin\s+{re.escape(default)}\s+parallel\b|\bparallel\s+(?:workers|requests|clients)\b", doc or ""):
+                return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
     return None
 
 
@@ -732,7 +771,7 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
         if how and ("transformers" not in how or f.vllm_available or (f.gpus or 0) >= 1):
             out.append(_drop(i, "inefficient_inference", f"runs a command that {how}"))
             continue
-        serial = _serial_flag(f, i)
+        serial = _serial_flag(f, i) or _process_per_item(f, i)
         if serial:
             out.append(_drop(i, "inefficient_inference", serial))
             continue
