@@ -915,3 +915,18 @@ def test_round_9_one_process_per_item_in_a_shell_loop_and_a_parallel_workers_fla
     d = drops(tr, "inefficient_inference")
     assert sorted(d) == [0, 3, 5], d
     assert "24,000 items" in d[0] and "400 items" in d[3]
+
+
+def test_round_9_an_own_launcher_of_the_provided_trainers_framework_and_config_is_its_own_version():
+    """A created launcher that runs the same framework (verl) on the config the provided trainer's line names
+    replaces that trainer, even though it names the reward module the task ships; a wrapper calling the
+    provided launcher does not."""
+    scripts = {**SCRIPTS, "scripts/grpo_poem.sh": "- `bash scripts/grpo_poem.sh OUT [NGPU]` runs GRPO (verl) with "
+                                                  "`configs/grpo.yaml` on NGPU GPUs (default 6).",
+               "src/poem_reward.py": "- `src/poem_reward.py`: the reward (edit this)."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    own = created("scripts/run_grpo.sh", "#!/bin/bash\npython -m verl.trainer.main_ppo --config-path ../configs --config-name "
+                                         "grpo trainer.n_gpus_per_node=8 custom_reward_function.path=src/poem_reward.py\n")
+    wrap = created("scripts/go.sh", "#!/bin/bash\nbash scripts/grpo_poem.sh outputs/p 6 2>&1 | tee logs/grpo.log\n")
+    tr = traj(own, bg("bash scripts/run_grpo.sh", "grpo"), wrap, bg("bash scripts/go.sh", "g2"), desc=DESC, facts=facts)
+    assert sorted(drops(tr, "ignore_script")) == [0, 1]

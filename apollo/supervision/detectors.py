@@ -307,6 +307,30 @@ _OPEN_READ_RE = re.compile(r"""open\(\s*[fr]?['"]([^'"{}]+)['"]\s*\)|open\(\s*[f
 _WORK_CALL_RE = re.compile(r"\brequests\.(?:get|post)\(|\.generate\(|\bLLM\(|\bpipeline\(|\bfrom\s+(?:src|tools|aug|agent)\.")
 
 
+_LAUNCH_CODE_RE = re.compile(r"verl\.trainer|\btorchrun\b|\bdeepspeed\b|accelerate\s+launch|llamafactory-cli|\btrl\s|\bmain_ppo\b")
+_CONFIG_FILE_RE = re.compile(r"\bconfigs?/([\w.-]+)\.(?:ya?ml|json)\b")
+_CONFIG_NAME_RE = re.compile(r"--config[-_]name[=\s]+['\"]?([\w.-]+)")
+
+
+def _same_launch(f: Facts, content: str) -> str | None:
+    """A provided training script that ``content`` launches again by hand: the same training framework
+    (verl, torchrun, deepspeed, accelerate) on the config file the script's line names (``configs/grpo.yaml``,
+    ``--config-name grpo``): an own launcher in place of ``grpo_poem.sh``."""
+    from apollo.supervision.facts import _TRAINS_DOC_RE
+
+    if not _LAUNCH_CODE_RE.search(content):
+        return None
+    mine = set(_CONFIG_FILE_RE.findall(content)) | set(_CONFIG_NAME_RE.findall(content))
+    if not mine:
+        return None
+    for s in f.scripts:
+        doc = f.script_docs.get(s, "")
+        if (doc_says(_TRAINS_DOC_RE, doc) or re.search(r"(?i)train|grpo|sft|dpo|ppo", s)) and \
+                mine & set(_CONFIG_FILE_RE.findall(doc)):
+            return s
+    return None
+
+
 def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = ()) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
@@ -317,6 +341,9 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
     if not inline and (not path.endswith((".py", ".sh")) or path in f.scripts or path in f.inner_scripts
                        or path in f.task_outputs):
         return None  # (a script under outputs/ is still the agent's script; one the task asks for is its deliverable)
+    same = None if inline else _same_launch(f, content)
+    if same and os.path.basename(same) not in content:
+        return same  # (it may name other task files, the reward module it plugs in: it still replaces the launcher)
     if any(s in content or os.path.basename(s) in content for s in f.scripts):
         return None  # a wrapper (run_filter.sh) or a module that imports/calls the provided one
     if (inline or path.endswith(".py")) and one_at_a_time(content):
