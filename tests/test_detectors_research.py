@@ -930,3 +930,20 @@ def test_round_9_an_own_launcher_of_the_provided_trainers_framework_and_config_i
     wrap = created("scripts/go.sh", "#!/bin/bash\nbash scripts/grpo_poem.sh outputs/p 6 2>&1 | tee logs/grpo.log\n")
     tr = traj(own, bg("bash scripts/run_grpo.sh", "grpo"), wrap, bg("bash scripts/go.sh", "g2"), desc=DESC, facts=facts)
     assert sorted(drops(tr, "ignore_script")) == [0, 1]
+
+
+def test_round_9_a_serial_judge_named_for_a_provided_judge_is_its_own_version():
+    """A serial model loop named for a provided judge or scorer (``faith10.py`` / ``judge_faithful.py``) is that
+    judge done again (ignore_script, as the labelers of sets 6-8 read it); a serial generator stays
+    inefficient_inference, and a model check named like a provided CPU checker is another method."""
+    loop = ("from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('models/q')\n"
+            "for line in open('outputs/pairs.jsonl'):\n    out = m.generate(**tok(line, return_tensors='pt'))\n")
+    scripts = {**SCRIPTS, "scripts/judge_faithful.py": "- `python scripts/judge_faithful.py --in F --out F [--gpus 4 --bs 16]`: "
+                                                       "the 32B judge rates faithfulness (batched).",
+               "scripts/verify_math.py": "- `python scripts/verify_math.py --in F --out F`: CPU; checks final answers."}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    for name, want in (("faith10", "ignore_script"), ("gen_pairs", "inefficient_inference"),
+                       ("self_verify", "inefficient_inference")):
+        tr = traj(created(f"scripts/{name}.py", loop), run(f"python scripts/{name}.py"), desc=DESC, facts=facts)
+        found = Masker(MaskConfig(), load_tasks=False).mask([tr])[0][0]
+        assert [s.mask.category for s in found.steps] == [want, want], name

@@ -331,6 +331,26 @@ def _same_launch(f: Facts, content: str) -> str | None:
     return None
 
 
+_JUDGE_NAME_RE = re.compile(r"(?i)judge|check|verif|scor|grade|eval|_dev\b|dev_|bench|filter")
+
+
+def _serial_judge_of(f: Facts, path: str) -> str | None:
+    """The provided judge, checker or scorer (by its name) that a serial script of the agent's is named for
+    (``faith10.py`` / ``judge_faithful.py``, ``judge_one.py`` / ``judge_paraphrase.py``, ``dev_loop.py`` /
+    ``selective_dev.py``): a judge done again, serially (an own *generator* stays inefficient_inference)."""
+    named = {re.sub(r"\d+$", "", w) for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower())
+             if w and w not in _GENERIC}
+    named = {w for w in named if len(w) >= 3}
+    for s in f.scripts:
+        base = os.path.basename(s).rsplit(".", 1)[0].lower()
+        if not _JUDGE_NAME_RE.search(base) or doc_says(CPU_DOC_RE, f.script_docs.get(s, "")):
+            continue  # (a model check is not the provided CPU checker done again: another method)
+        theirs = {w for w in re.split(r"[_\W]+", base) if w and w not in _GENERIC}
+        if any(_prefix_match(a, b) for a in named for b in theirs):
+            return s
+    return None
+
+
 def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = ()) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
@@ -351,7 +371,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         # the model over the dev split where the task provides a dev evaluator (a scorer done again, serially)
         ev = _dev_evaluator(f) if _DEV_READ_RE.search(content) else None
         if ev is None:
-            return None
+            return None if inline else _serial_judge_of(f, path)
         mine, theirs = _metrics(content.replace("_", " ")), _metrics(f.script_docs.get(ev, "").replace("_", " "))
         # (a metric the evaluator's line does not report, e.g. pass@8 beside greedy accuracy, is a new measurement;
         # a nameless one-liner must report one of the evaluator's metrics, a file be named as a dev run)
