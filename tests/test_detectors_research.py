@@ -947,3 +947,21 @@ def test_round_9_a_serial_judge_named_for_a_provided_judge_is_its_own_version():
         tr = traj(created(f"scripts/{name}.py", loop), run(f"python scripts/{name}.py"), desc=DESC, facts=facts)
         found = Masker(MaskConfig(), load_tasks=False).mask([tr])[0][0]
         assert [s.mask.category for s in found.steps] == [want, want], name
+
+
+def test_round_9_usage_lines_in_ini_blocks_json_objects_and_listing_columns():
+    """Usage lines the ninth set's Scripts layouts carry (read from its task descriptions, not its trajectories):
+    ``usage = …`` in an ini block, ``"run": "…"`` in a JSON object (lower-case values too), a column of a
+    ``make help`` listing, and a usage followed by its description after a wide gap."""
+    from apollo.supervision.facts import signature
+
+    sig = signature("[scripts/nli.py] usage = torchrun --nproc_per_node 4 scripts/nli.py --in F --out F --batch-size 64 "
+                    "does  = scores support")
+    assert sig is not None and ("--batch-size", "64") in sig.flags
+    sig = signature('{"script": "scripts/play.py", "run": "python scripts/play.py --split dev --games 140 --concurrency 32", '
+                    '"does": "plays games"}')
+    assert sig is not None and sig.flags == (("--split", "dev"), ("--games", "140"), ("--concurrency", "32"))
+    sig = signature("train       bash scripts/train_sft.sh outputs/sft.jsonl outputs/ckpt   SFT with accelerate on all 8 GPUs")
+    assert sig is not None and sig.positional == ("outputs/sft.jsonl", "outputs/ckpt")
+    sig = signature("python scripts/align.py --in data/train.jsonl --out data/spans.jsonl      recomputes the spans (provided)")
+    assert sig is not None and [f for f, _ in sig.flags] == ["--in", "--out"]

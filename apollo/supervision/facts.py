@@ -284,7 +284,10 @@ def signature(doc: str) -> Signature | None:
             best = m
     m = best
     if m is None:  # a usage block without backticks ("    python scripts/x.py --in FILE [--dp 8]", then its comments)
-        m = (_BARE_USAGE_RE.match(doc.split(" #", 1)[0]) or _PATH_USAGE_RE.match(doc.split(" #", 1)[0])) if doc else None
+        head = doc.split(" #", 1)[0] if doc else ""
+        # (a usage column followed by its description after a wide gap: "python x.py --in F      recomputes (…)")
+        m = (_BARE_USAGE_RE.match(head) or _PATH_USAGE_RE.match(head) or _BARE_USAGE_RE.match(re.split(r"\s{3,}", head.strip())[0])) \
+            if doc else None
     args = m.group(2) if m is not None else _marked_usage(doc or "")
     if args is None:
         return None
@@ -310,7 +313,11 @@ def signature(doc: str) -> Signature | None:
 
 # a usage after a label: "Run:    python x.py --in FILE" ("Run x.py to …" is prose), "usage: x.py [-h] --ckpt CKPT" (a --help
 # output), "SYNOPSIS python x.py …", "usage: python x.py …", "$ python x.py …" — the launcher is optional
-_MARKED_USAGE_RE = re.compile(r"(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[Uu]sage|USAGE|SYNOPSIS|[Ss]ynopsis)\s*:?|(?:^|\s)\$)\s+"
+_MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[Uu]sage|USAGE|SYNOPSIS|[Ss]ynopsis)\s*:?|(?:^|\s)\$)\s+"
+                              # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
+                              # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
+                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*|\"(?:run|usage|cmd|command)\"\s*:\s*\""
+                              r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s))"
                               r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
                               r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$)")
@@ -327,12 +334,23 @@ def _marked_usage(doc: str) -> str | None:
     best = None
     for m in _MARKED_USAGE_RE.finditer(doc):
         toks = []
-        for t in doc[m.end():].split():
+        rest = doc[m.end():]
+        if m.group(0).startswith('"'):  # a quoted usage ("run": "python x.py --split dev --games 140"): all of it
+            end = rest.find('"')
+            toks = [t for t in rest[:end if end >= 0 else len(rest)].split() if t not in ("-h", "[-h]")]
+            if best is None or len(toks) > len(best):
+                best = toks
+            continue
+        for t in re.split(r"\s{3,}", rest, maxsplit=1)[0].split():  # (a wide gap ends a usage column)
             if t == "-h" or t == "[-h]":
                 continue
+            quoted = t.endswith(('"', '",', "'", "',"))  # the end of a quoted usage ("run": "bash x.sh [--tp 2]")
+            t = t.rstrip("\"',") if quoted else t
             if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
                 break
             toks.append(t)
+            if quoted:
+                break
         if toks and toks[-1] in ("--help",):  # "$ python x.py --help": the call that prints the usage, not it
             continue
         if best is None or len(toks) > len(best):
