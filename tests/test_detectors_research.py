@@ -965,3 +965,8 @@ def test_round_9_usage_lines_in_ini_blocks_json_objects_and_listing_columns():
     assert sig is not None and sig.positional == ("outputs/sft.jsonl", "outputs/ckpt")
     sig = signature("python scripts/align.py --in data/train.jsonl --out data/spans.jsonl      recomputes the spans (provided)")
     assert sig is not None and [f for f, _ in sig.flags] == ["--in", "--out"]
+    from apollo.supervision.facts import stated_durations
+
+    env = ("## Environment\n8 GPUs. GRPO takes about 1 hour 40 minutes for 300 steps; the dev script about 10 minutes; "
+           "the reward probe runs in seconds on CPU; the swap and check scripts take a minute or two each.\n")
+    assert [d for _, d in stated_durations(env)] == [6000.0, 600.0, 10.0, 120.0]

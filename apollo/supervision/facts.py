@@ -358,7 +358,10 @@ def _marked_usage(doc: str) -> str | None:
     return " ".join(best) if best is not None else None
 
 
-_DURATION_RE = re.compile(r"(?i)\babout\s+(?:(\d+(?:\.\d+)?)\s*(minutes?|mins?|hours?|h)\b|(an?)\s+(hour|minute)\b)")
+_DURATION_RE = re.compile(r"(?i)\babout\s+(?:(\d+(?:\.\d+)?)\s*(minutes?|mins?|hours?|h|seconds?|secs?|s)\b|(an?)\s+(hour|minute)\b)"
+                          r"(?:\s+(?:and\s+)?(\d+)\s*(?:minutes?|mins?)\b)?"  # "about 1 hour 40 minutes"
+                          # (round 9) short jobs said without a number: "runs in seconds", "a few seconds", "a minute or two"
+                          r"|\b(?:in|takes?|a\s+few)\s+seconds\b|\ba\s+few\s+seconds\b|\b(?:a|one)\s+minute\s+or\s+two\b")
 _CLAUSE_SPLIT_RE = re.compile(r";|\.\s|,\s+(?=(?:the\s+|a\s+|an\s+)?[\w-]+(?:\s+[\w-]+){0,4}\s+(?:takes?\s+)?about\b)")
 _WORD_RE = re.compile(r"[a-z][a-z0-9]+")
 _STEM_STOP = frozenset({"run", "runs", "script", "scripts", "main", "tools", "src", "make", "build", "data", "all", "the",
@@ -375,9 +378,13 @@ def stated_durations(description: str) -> tuple[tuple[str, float], ...]:
         m = _DURATION_RE.search(clause)
         if not m:
             continue
+        if not (m.group(2) or m.group(4)):  # a short job said in words
+            out.append((clause[:m.start()].lower(), 120.0 if "minute" in m.group(0).lower() else 10.0))
+            continue
         n = float(m.group(1)) if m.group(1) else 1.0
         unit = (m.group(2) or m.group(4)).lower()
-        out.append((clause[:m.start()].lower(), n * (3600.0 if unit.startswith("h") else 60.0)))
+        secs = n * (3600.0 if unit.startswith("h") else 1.0 if unit.startswith("s") else 60.0)
+        out.append((clause[:m.start()].lower(), secs + 60.0 * float(m.group(5) or 0)))
     return tuple(out)
 
 
