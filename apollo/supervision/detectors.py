@@ -71,6 +71,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     inline_programs,
     job_duration,
     _script_runs,
+    _TRAINS_DOC_RE,
     SERVER_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
@@ -270,6 +271,12 @@ def _name_words(path: str) -> set[str]:
     return {w for w in re.split(r"[_\W]+", base) if w and w not in _QUALIFIERS}
 
 
+def _plain_words(path: str) -> set[str]:
+    """The words of a file's name without the generic ones (``my_decon_v2.py`` → ``decon``)."""
+    base = os.path.basename(path).rsplit(".", 1)[0].lower()
+    return {w for w in re.split(r"[_\W]+", base) if w and w not in _GENERIC}
+
+
 _GENERIC = {"my", "own", "new", "simple", "lean", "fast", "quick", "custom", "tmp", "v2", "v3", "alt", "mini", "tiny",
             "run", "do", "script", "tool", "main", "test", "all", "the", "py", "sh", "data", "utils", "util", "common",
             "config", "helper", "helpers", "lib", "io", "better", "improved", "fixed", "local", "cheap", "inproc",
@@ -316,8 +323,6 @@ def _same_launch(f: Facts, content: str) -> str | None:
     """A provided training script that ``content`` launches again by hand: the same training framework
     (verl, torchrun, deepspeed, accelerate) on the config file the script's line names (``configs/grpo.yaml``,
     ``--config-name grpo``): an own launcher in place of ``grpo_poem.sh``."""
-    from apollo.supervision.facts import _TRAINS_DOC_RE
-
     if not _LAUNCH_CODE_RE.search(content):
         return None
     mine = set(_CONFIG_FILE_RE.findall(content)) | set(_CONFIG_NAME_RE.findall(content))
@@ -338,15 +343,12 @@ def _serial_judge_of(f: Facts, path: str) -> str | None:
     """The provided judge, checker or scorer (by its name) that a serial script of the agent's is named for
     (``faith10.py`` / ``judge_faithful.py``, ``judge_one.py`` / ``judge_paraphrase.py``, ``dev_loop.py`` /
     ``selective_dev.py``): a judge done again, serially (an own *generator* stays inefficient_inference)."""
-    named = {re.sub(r"\d+$", "", w) for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower())
-             if w and w not in _GENERIC}
-    named = {w for w in named if len(w) >= 3}
+    named = {w for w in (re.sub(r"\d+$", "", w) for w in _plain_words(path)) if len(w) >= 3}
     for s in f.scripts:
         base = os.path.basename(s).rsplit(".", 1)[0].lower()
         if not _JUDGE_NAME_RE.search(base) or doc_says(CPU_DOC_RE, f.script_docs.get(s, "")):
             continue  # (a model check is not the provided CPU checker done again: another method)
-        theirs = {w for w in re.split(r"[_\W]+", base) if w and w not in _GENERIC}
-        if any(_prefix_match(a, b) for a in named for b in theirs):
+        if any(_prefix_match(a, b) for a in named for b in _plain_words(s)):
             return s
     return None
 
@@ -403,7 +405,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
                     return s
         return None
     mine, words = _function_words(path), _name_words(path)
-    named = {w for w in re.split(r"[_\W]+", os.path.basename(path).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
+    named = _plain_words(path)
     uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
     writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1]
     for s in f.scripts:
@@ -414,7 +416,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         shared = mine & theirs
         if shared and (shared >= theirs or _name_words(s) <= words | mine):
             return s
-        their_words = {w for w in re.split(r"[_\W]+", os.path.basename(s).rsplit(".", 1)[0].lower()) if w and w not in _GENERIC}
+        their_words = _plain_words(s)
         if named and all(any(_prefix_match(a, b) for b in their_words) for a in named):
             return s  # decon.py / decontaminate.py, my_pack.py / pack_context.py, fast_tests.py / run_tests.py
         doc_words = set(re.findall(r"[a-z][a-z0-9]+", doc.split(":", 1)[-1].lower()))
@@ -706,6 +708,11 @@ _SHELL_PARALLEL_RE = re.compile(r"\bxargs\b[^|;]*\s-P\s*\d|\bparallel\b|&\s*(?:;
 _CURL_SERVER_RE = re.compile(r"\bcurl\b[^|;]*\bhttps?://")
 
 
+def _runs_in_parallel(cmd: str, loop: re.Match, body: str) -> bool:
+    """The shell loop ``loop`` of ``cmd`` runs its iterations in parallel (``xargs -P``, ``parallel``, ``… &``)."""
+    return bool(_SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[loop.end():loop.end() + 40]))
+
+
 @lru_cache(maxsize=4096)
 def inline_one_at_a_time(cmd: str) -> str | None:
     """How a command generates one sample at a time by itself (None: it does not): the code of a
@@ -719,7 +726,7 @@ def inline_one_at_a_time(cmd: str) -> str | None:
             return f"(a python -c one-liner) {how}"
     for m in _SHELL_LOOP_RE.finditer(cmd):
         body = m.group(1)
-        if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
+        if _runs_in_parallel(cmd, m, body):
             continue
         inline = " ".join(inline_programs(body))
         if _CLIENT_CALL_RE.search(inline) or _CURL_SERVER_RE.search(body):
@@ -750,7 +757,7 @@ def _process_per_item(f: Facts, i: int) -> str | None:
         body = m.group(3) if m.group(3) is not None else m.group(4)
         if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < 49:
             continue
-        if _SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[m.end():m.end() + 40]):
+        if _runs_in_parallel(cmd, m, body):
             continue
         runs = [s for s in _script_runs(body) if _MODEL_DOC_RE.search(f.script_docs.get(s, ""))]
         n = f"{int(m.group(2)) - int(m.group(1) or 1) + 1:,} items" if m.group(2) else "the lines of a file"

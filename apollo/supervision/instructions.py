@@ -283,6 +283,11 @@ _WORD_KEY_STOP = frozenset({"it", "this", "that", "them", "things", "everything"
                             "score", "scores", "data", "model", "budget", "size", "count", "number", "total", "time", "cost"})
 
 
+def _gpu_count(word: str) -> int | None:
+    """A GPU count a human writes as a digit or a word ("6", "six")."""
+    return _COUNT_WORDS.get(word.lower()) or (int(word) if word.isdigit() else None)
+
+
 def _word_key(w: str) -> str | None:
     """A key pattern for a one-word subject a human names ("keep margin at 0" → ``margin``, ``loss.margin``,
     ``hinge_margin``): the key is the word or ends with it."""
@@ -429,7 +434,7 @@ def _extract(text: str) -> tuple[Directive, ...]:
         for rx in GPU_MIN_RES:
             for m in rx.finditer(sent):
                 w = m.group(1).rstrip(".,;:").lower()
-                n = _COUNT_WORDS.get(m.group(2).lower()) or (int(m.group(2)) if m.group(2).isdigit() else None)
+                n = _gpu_count(m.group(2))
                 if n and w not in _ORDER_STOP:
                     path = "/" in w or w.endswith((".py", ".sh"))
                     out.append(d("gpus", norm_path(w) if path else "", {"v": str(n), "train": "1" if w in _TRAIN_WORDS else "",
@@ -647,7 +652,7 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             res.append(d("train_needs_check", norm_path(sm.group(1))))
     m = ALL_GPUS_RE.search(sent)
     if m:
-        n = _COUNT_WORDS.get(m.group(1).lower()) or (int(m.group(1)) if m.group(1).isdigit() else None)
+        n = _gpu_count(m.group(1))
         sm = re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent)
         if n:
             res.append(d("gpus", norm_path(sm.group(1)) if sm else "", {"v": str(n),
@@ -1439,7 +1444,7 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                             break
             elif d.kind == "wait_before_eval" and tool == "eval" and f.pending_before[i] and (
                     sid := next((s_ for s_, cmd in f.pending_before[i].items() if not d.values.get("train")
-                                 or re.search(r"(?i)train|torchrun|deepspeed|accelerate\s+launch|grpo|\bsft\b|\bdpo\b|\bppo\b", cmd)),
+                                 or TRAIN_CMD_RE.search(cmd)),
                                 None)):
                 # ("a model that isn't finished training": a training job, not any job)
                 reason = f"evaluated while the job in session '{sid}' still ran, though told to wait ({d.describe()})"
