@@ -929,7 +929,9 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
         best = max(best, s0)
         before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.oks[j] and j not in carried]
         # jobs started since this eval and still running at the next one: that eval does not measure them
-        unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0}
+        # (a job the agent waited out before that eval, as improper_eval reads a wait, is measured by it)
+        unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0
+                      and not _waited_out(f, pos1, j.session, p.eval_wait_s)}
         window = set(carried) | set(range(pos0 + 1, min(pos1, f.n)))
         held = set(carried_edits)  # edits carried over: a cause only where the window has no change of its own
         if unmeasured:  # the edits that a job still running at the next eval carries out are not measured by it either
@@ -1132,6 +1134,15 @@ _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
 _LAUNCHER_RE = re.compile(r"\b(?:torchrun|deepspeed|accelerate\s+launch|python3?\s+-m\s+torch\.distributed\.\w+)\b")
 _GPU_JOB_RE = re.compile(r"(?i)(?:train|finetun|fine_tun|sft|dpo|ppo|grpo|rlhf|pretrain|distill|infer|generat|"
                          r"sample|rollout|vllm|serve|llamafactory|verl)")
+# a data tool named for the data it handles (select_sft.py, merge_rollouts.py, prep_grpo_data.py): no GPU job
+_DATA_TOOL_NAME_RE = re.compile(r"(?i)^(?:select|filter|merge|dedup|split|prep|preprocess|convert|clean|collect|format|pack|"
+                                r"shard|tokeni[sz]e|count|sort|join|concat|export|subsample|mix|stats?|inspect)(?:_|-|\.|$)")
+
+
+def _gpu_name(path: str) -> bool:
+    """A training/inference job by its file name (when nothing else says)."""
+    name = os.path.basename(path)
+    return bool(_GPU_JOB_RE.search(name)) and not _DATA_TOOL_NAME_RE.match(name)
 _GPU_CODE_RE = re.compile(r"\.cuda\(|device_map\s*=|torch\.device\(\s*['\"]cuda|\bfrom\s+vllm\b|\bimport\s+vllm\b|\bLLM\(")
 _TP_CODE_RE = re.compile(r"tensor_parallel_size\s*=\s*(\d+)")
 _TP_FLAG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)$")
@@ -1165,7 +1176,7 @@ def gpus_used(cmd: str) -> int | None:
     if _LAUNCHER_RE.search(cmd):
         return None  # a launcher without a count uses every visible GPU
     m = re.search(r"\bpython3?\s+(?:-\S+\s+)*(\S+)", cmd)
-    if m and _GPU_JOB_RE.search(os.path.basename(m.group(1))):
+    if m and _gpu_name(m.group(1)):
         return 1  # a plain python process of a training/inference job (by its name): one device
     return None
 
@@ -1198,7 +1209,7 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
             if doc_says(CPU_DOC_RE, doc) and not doc_says(_ALL_N_GPUS_RE, doc):
                 continue  # a CPU tool (a GPU job whose line also names the CPU server its workers use is not)
             if not doc_says(GPU_DOC_RE, doc):  # the task does not say: a training/inference job by its name
-                if _GPU_JOB_RE.search(os.path.basename(s)):
+                if _gpu_name(s):
                     return True, max(counts) if counts else 1
                 continue
             if counts:

@@ -506,12 +506,26 @@ _HEAD_N_RE = re.compile(r"\bhead\s+(?:-n\s*|-)(\d+)")
 _SED_N_RE = re.compile(r"\bsed\s+-n\s+['\"]?(\d+),(\d+)p")
 
 
+_SEGMENT_SPLIT_RE = re.compile(r"&&|\|\||[;|\n]")
+_SEGMENT_LEAD_RE = re.compile(r"^[\s(]*(?:(?:do|then|else|time|nohup|sudo)\s+)*(?:\w+=\S*\s+)*")
+_VIEW_HEAD_RE = re.compile(r"(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|egrep|zcat|bat|view|diff|wc|jq|column)(?=\s)")
+_REDIRECT_RE = re.compile(r"\s\d?>>?|\s&>")
+
+
 @lru_cache(maxsize=16384)
 def _command_views(cmd: str) -> frozenset[str]:
     """Files whose content a command shows (cat/head/tail/sed -n/…)."""
-    if VIEW_CMD_RE.search(cmd):
-        return frozenset(norm_path(t) for t in TOKEN_SPLIT_RE.split(cmd) if t and ("." in t or "/" in t))
-    return frozenset()
+    if not VIEW_CMD_RE.search(cmd):
+        return frozenset()
+    # only the viewing commands' own arguments: not the script run after `&&` in the same line, nor a
+    # redirect's target (`cat a.rank* > a && python select.py`: select.py and a are not shown)
+    out: set[str] = set()
+    for seg in _SEGMENT_SPLIT_RE.split(cmd):
+        seg = _SEGMENT_LEAD_RE.sub("", seg)
+        if _VIEW_HEAD_RE.match(seg):
+            seg = _REDIRECT_RE.split(seg, 1)[0]
+            out.update(norm_path(t) for t in TOKEN_SPLIT_RE.split(seg) if t and ("." in t or "/" in t))
+    return frozenset(out)
 
 
 @lru_cache(maxsize=16384)

@@ -104,6 +104,10 @@ USE_SCRIPT_RE = re.compile(r"(?i)\b(?:use|run|execute|call|with|using|via)\s+(?:
                            r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b)")
 OPEN_SCRIPT_RE = re.compile(r"(?i)\bopen\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b.*?\buse\s+it\b")
 FLAG_RE = re.compile(r"(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))?")
+# a config key and its value in parentheses after an instruction: "(nli_device: cpu)", "(`max_turns=6`)"
+PAREN_SET_RE = re.compile(r"\(\s*`?([A-Za-z]\w*[_.-]\w[\w.-]*)`?\s*[:=]\s*`?([\w.-]+)`?\s*\)")
+_INFO_LEAD_RE = re.compile(r"(?i)^(?:fyi|heads\s+up|note|btw|by\s+the\s+way|just\s+so\s+you\s+know|for\s+context)\b")
+_DEFAULT_FLAG_RE = re.compile(r"(?i)\bdefault\s+(?:value\s+(?:of|for)\s+)?$")
 OPEN_BEFORE_EDIT_RE = re.compile(rf"(?i)\b(?:open|read|view|look\s+at)\s+{_PATH}\b.*\bbefore\s+(?:edit|chang|modif)")
 SET_IN_RE = re.compile(rf"(?i)\bin\s+{_PATH},?\s+set\s+(.+)$")
 SET_TO_RE = re.compile(rf"(?i)\bset\s+(.+?)\s+in\s+{_PATH}(?=\s*(?:[.;,]|$))")
@@ -156,8 +160,9 @@ LAST_EVAL_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:spend|use|waste|burn)\s+(?:the\s+
 EVAL_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:you\s+)?(?:(?:spend|use|call|run|do|burn)\w*\s+)?(?:an?\s+|the\s+|any\s+|each\s+|another\s+|"
                              r"every\s+|your\s+)?(?:next\s+|new\s+)?eval\w*")
 # "only spend the eval if its faithful rate is above 85%", "evaluate only when dev accuracy is at least 60"
-EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only)\s+(?:\w+\s+){0,3}?(?:if|when|once)\s+"
-                        r"(?P<metric>(?:[\w%-]+\s+){1,5}?)(?:is\s+|are\s+|gets\s+|reaches\s+|goes\s+|stays\s+)?"
+EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only|(?:don'?t|do\s+not|never|no)\s+(?:\w+\s+){0,3}?"
+                        r"eval\w*(?=\s+(?:\w+\s+){0,3}?(?:unless|until)\b))\s+(?:\w+\s+){0,3}?(?:if|when|once|unless|until)\s+"
+                        r"(?P<metric>(?:[\w%./-]+\s+){1,5}?)(?:is\s+|are\s+|gets\s+|reaches\s+|goes\s+|stays\s+)?"
                         r"(?P<rel>at\s+least|above|over|more\s+than|greater\s+than|higher\s+than|no\s+less\s+than|>=|>)\s+"
                         r"(?P<v>-?\d[\d.]*%?)")
 _METRIC_STOP = {"its", "the", "your", "their", "that", "this", "dev", "rate", "score", "new", "checkpoint"}
@@ -449,6 +454,11 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 rx = _topic_regex(topic) or _word_key(topic)
                 if rx:
                     out.append(d("no_touch", rx, {"topic": topic}))
+        if "(" in sent and not _INFO_LEAD_RE.match(sent):
+            for m in PAREN_SET_RE.finditer(sent):  # "run the nli on cpu inside the reward (nli_device: cpu)"
+                if not any(x.kind in ("keep", "set", "bound") and _norm_key(x.target) == _norm_key(m.group(1)) for x in out):
+                    word = {} if _num(m.group(2)) is not None else {"word_value": "1"}
+                    out.append(d("keep", m.group(1), {"v": m.group(2), "match": "exact", **word}))
         m = AFTER_NTH_EVAL_RE.search(sent)
         m2 = EVAL_THEN_FINISH_RE.search(sent)
         if m:
@@ -475,7 +485,9 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 names = [(sent.find(script), sent.find(script) + len(script), script)]
             for k, (a, b, name) in enumerate(names):
                 tail = sent[b:names[k + 1][0] if k + 1 < len(names) else len(sent)]
-                flags = {f: ("" if v.lower().strip("'\"`") in _NOT_VALUES else v) for f, v in FLAG_RE.findall(tail)}
+                # "with its default --min-kill": a flag left at its default, not one to pass
+                flags = {fm.group(1): ("" if (fm.group(2) or "").lower().strip("'\"`") in _NOT_VALUES else fm.group(2) or "")
+                         for fm in FLAG_RE.finditer(tail) if not _DEFAULT_FLAG_RE.search(tail[:fm.start()])}
                 if k and (not flags or re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(name)}", sent)):
                     continue  # (a later script without flags of its own: named, not ordered with settings)
                 out.append(d("use_script", norm_path(name), flags))
@@ -529,7 +541,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 out.append(d("forbid_write", norm_path(m.group(1))))
         m = EVAL_IF_RE.search(sent)
         if m and (v := _G_NUM_RE.match(m.group("v"))) is not None:
-            words = [w for w in re.findall(r"[A-Za-z][\w-]{3,}", m.group("metric")) if w.lower() not in _METRIC_STOP]
+            metric = re.sub(r"\.(?:py|sh)\b", "", re.sub(r"(?:[\w.-]+/)+", "", m.group("metric")))  # a script's stem
+            words = [w for w in re.findall(r"[A-Za-z][\w-]{3,}", metric) if w.lower() not in _METRIC_STOP]
             if words:
                 op = _op(m.group("rel")) if not re.match(r"(?i)above|over|more|greater|higher|>", m.group("rel")) else "gt"
                 out.append(d("eval_if", " ".join(words), {"op": op, "v": v.group(1),
@@ -738,9 +751,10 @@ def _merge_generic(sent: str, out: list[Directive]) -> list[Directive]:
     have = {(x.kind, _norm_key(x.target), x.values.get("op", "eq")) for x in out if x.text == sent}
     have |= {("keep", _norm_key(x.target), "eq") for x in out if x.text == sent and x.kind == "flag"}
     have |= {("keep", _norm_key(fl), "eq") for x in out if x.text == sent and x.kind in ("use_script", "set") for fl in x.values}
+    cond = {x.values.get("v") for x in out if x.text == sent and x.kind == "eval_if"}  # "no eval unless M is above v"
     res = []
     for d in new:
-        if (d.kind, _norm_key(d.target), d.values.get("op", "eq")) in have:
+        if (d.kind, _norm_key(d.target), d.values.get("op", "eq")) in have or (d.kind == "bound" and d.values.get("v") in cond):
             continue
         if d.kind == "keep" and script and d.values.get("match") == "exact":
             d.values["script"] = script.group(1)  # "use S with --k 4": S's --k, not every script's
@@ -1288,7 +1302,7 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         runs = set(f.script_runs(i)) if tool == "run_command" else set()
         for d in active:
             key = id(d)
-            if d.kind in ("bound", "keep", "no_touch", "no_change") and vals:
+            if d.kind in ("bound", "keep", "no_touch", "no_change") and vals and not d.values.get("word_value"):
                 if d.values.get("script") and tool == "run_command" and not any(
                         r.endswith(d.values["script"]) or d.values["script"].endswith(r) for r in runs):
                     continue
@@ -1434,6 +1448,13 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                         omitted.add(key)
                         reason = f"finished with {k} = {got} in {d.target}, not {v} as told ({d.describe()})"
                         break
+            elif d.kind == "keep" and writer and d.values.get("word_value") and d.target in (
+                    content := f.args[i].get("content") if tool in ("create_file", "edit_file") else f.command(i)) \
+                    and isinstance(content, str):
+                # a word value ("(nli_device: cpu)"): the key written with another word, in a file or as a flag
+                got = _value_in(content, d.target) if tool != "run_command" else _flag_value(content, "--" + d.target)
+                if got is not None and _norm_value(got) != _norm_value(d.values["v"]):
+                    reason = f"set {d.target} = {got}, not {d.values['v']} as told ({d.describe()})"
             elif d.kind == "set" and d.target in written:
                 content = f.args[i].get("content") if tool in ("create_file", "edit_file") else f.command(i)
                 if isinstance(content, str):
