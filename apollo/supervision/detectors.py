@@ -431,7 +431,25 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             hits = _prefixed(sig, _code_words(content) | words)
             if len(hits) >= 3 and 2 * len(hits) >= len(sig):
                 return s  # tidy_pairs.py doing select_pairs.py's --min_labse/--max_len_ratio/--drop_copies/--dedup
-    return _same_metrics(f, content, uses_model)
+    return _same_metrics(f, content, uses_model) or (_own_sampler(f, content) if uses_model else None)
+
+
+_VLLM_GEN_CODE_RE = re.compile(r"\bLLM\(.*?\.generate\(", re.DOTALL)
+_SAMPLER_DOC_RE = re.compile(r"(?i)\bvllm\b[^.]*?\boffline\b|\boffline\b[^.]*?\bvllm\b")
+
+
+def _own_sampler(f: Facts, content: str) -> str | None:
+    """The provided offline vLLM sampler (its line: "64 sampled responses with their reward breakdown (vLLM
+    offline, tensor parallel 8)") that a created script redoes: its own ``LLM(...).generate`` over prompts.
+    With several such scripts, the one whose line shares most words with the code."""
+    if not _VLLM_GEN_CODE_RE.search(content):
+        return None
+    cands = [s for s in f.scripts if _SAMPLER_DOC_RE.search(f.script_docs.get(s, ""))
+             and re.search(r"(?i)\bsampl|\bgenerat|\brollout|\bresponses\b", f.script_docs.get(s, ""))]
+    if len(cands) <= 1:
+        return cands[0] if cands else None
+    code = _code_words(content)
+    return max(cands, key=lambda s: len(_prefixed(set(re.findall(r"[a-z]{4,}", f.script_docs[s].lower())), code)))
 
 
 # What a scorer reports: the metric names of the literals a created script prints, and of each provided
@@ -961,6 +979,7 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             tool = f.tools[i]
             if tool == "run_command" and (
                     (f.steps[i].observation.exit_code and not f.background(i))  # crashed: it changed nothing
+                    or f.is_server(i)  # a server started to look at samples: it changes no evaluated output
                     or _only_removes(f, i)
                     or any(o in f.command(i) and o not in f.written_paths(i) for o in breach_outs)):
                 continue
@@ -1061,7 +1080,11 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
     if any(covers(o, e) for o in outs for e in f.eval_inputs):
         return True
     later = " ".join(f.command(j) + " " + str(f.args[j].get("content", "")) for j in range(i + 1, end) if f.writes[j])
-    return any(o in later or os.path.basename(o) in later for o in outs)
+    if any(o in later or os.path.basename(o) in later for o in outs):
+        return True
+    # a file derived from it and named after it (swap.json → swap.checked.json, made by a checker in the same line)
+    stems = {os.path.basename(o).split(".", 1)[0] for o in outs} - {""}
+    return any(len(st) >= 3 and re.search(rf"(?:^|[\s/='\"]){re.escape(st)}\.\w+\.\w+", later) for st in stems)
 
 
 @register("blind_edit", judge_tools=("edit_file", "create_file", "run_command"))

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from apollo.supervision.facts import CP_RE, SED_I_RE, Facts, is_false, norm_path, per_step, script_args, short, signature
+from apollo.supervision.facts import CP_RE, SED_I_RE, TOKEN_SPLIT_RE, Facts, is_false, norm_path, per_step, script_args, short, signature
 
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
@@ -247,6 +247,17 @@ KEEP_WORDS_BOUND_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}
 # Round 9 (issue 33, tuned on blind_research8): order rules, GPU minimums, comparisons, "fixed" lists, "then finish".
 # "do NOT start training before the judge has finished", "run math_dev only after training has finished",
 # "wait for the judge to finish before you launch training", "no training while the judge is still running":
+# "run state_check.py --write on every augmented file before merging": each input of a later merge has been
+# through S (the word after "before" names the later job)
+EVERY_RE = re.compile(r"(?i)\b(?:on|over|to)\s+(?:every|each|all|any|everything)\b")
+# "flipped examples have to go through S", "pass the swaps through S": the subject names the inputs
+_THROUGH_SCRIPT_RE = re.compile(r"(?i)\b(?:go|goes|pass|passes|be\s+run|run)\s+through\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+THROUGH_RE = re.compile(r"(?i)\b([a-z][\w-]*)\s+(?:([a-z][\w-]*)\s+)?(?:(?:has|have|needs?|must|should)\s+(?:to\s+)?)?"
+                        r"(?:go|goes|pass|passes|be\s+run|run)\s+through\s+$")
+_BEFORE_JOB_RE = re.compile(r"(?i)\bbefore\b[^.;!?]*?\b(train\w*|merg\w*|mix\w*|combin\w*|assembl\w*|concat\w*|pack\w*|build\w*)")
+_BEFORE_WORD_RE = re.compile(r"(?i)\bbefore\s+(?:you\s+|we\s+)?(?:the\s+|any\s+)?([a-z][\w-]{2,})")
+_INPUT_STOP = frozenset({"examples", "example", "files", "file", "data", "everything", "rows", "outputs", "output", "them",
+                         "all", "any", "every", "each", "the", "and", "they", "it", "augmented", "new", "generated"})
 # (x, y) = a job x may start only once job y has been seen finished
 _JOB_WORD = r"(?:the\s+|any\s+|your\s+|a\s+)?([\w./-]+)(?:\s+(?:run|runs|job|jobs|server|script|step|pass|process))?"
 _DONE_WORD = r"(?:(?:has|have|is|are)\s+)?(?:fully\s+)?(?:finished|done|completed?|finishes|ends|ended|over)\b"
@@ -433,6 +444,17 @@ def _extract(text: str) -> tuple[Directive, ...]:
         if script is None:
             m = USE_SCRIPT_RE.search(sent)
             script = m.group(1) if m and m.group(1) else None
+        if script is None and (tm := _THROUGH_SCRIPT_RE.search(sent)):
+            # "flipped examples have to go through sql_check before they go anywhere near training": no order
+            # to run S now (no use_script), a condition on what later steps use
+            sp = norm_path(tm.group(1))
+            through = THROUGH_RE.search(sent[:tm.start(1)])
+            job = _BEFORE_JOB_RE.search(sent, tm.end()) or _BEFORE_WORD_RE.search(sent, tm.end())
+            vals = {"before": job.group(1).lower()} if job and job.group(1).lower() not in _ORDER_STOP else {}
+            subj = [w.lower() for w in (through.groups() if through else ()) if w and w.lower() not in _INPUT_STOP]
+            if subj:
+                vals["inputs"] = re.sub(r"(?:ped|ed|s)$", "", subj[0])[:6]
+            out.append(d("inputs_through", sp, vals))
         orders = _order_rules(sent)
         for x, y in orders:
             out.append(d("order", x, {"after": y}))
@@ -491,6 +513,12 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 if k and (not flags or re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(name)}", sent)):
                     continue  # (a later script without flags of its own: named, not ordered with settings)
                 out.append(d("use_script", norm_path(name), flags))
+            at = sent.find(script)
+            if EVERY_RE.search(sent, at):
+                # "run S on every augmented file before merging", "Run S on everything augmented"
+                job = _BEFORE_JOB_RE.search(sent, at) or _BEFORE_WORD_RE.search(sent, at)
+                vals = {"before": job.group(1).lower()} if job and job.group(1).lower() not in _ORDER_STOP else {}
+                out.append(d("inputs_through", norm_path(script), vals))
             if BACKGROUND_RE.search(sent):
                 out.append(d("background", norm_path(script)))
         elif BACKGROUND_RE.search(sent) and re.search(r"(?i)\b(?:train|run|start|launch)", sent):
@@ -1221,6 +1249,28 @@ def _eval_condition_unmet(f: Facts, i: int, d: Directive) -> str | None:
     return None
 
 
+def _unchecked_input(f: Facts, i: int, script: str, word: str = "") -> str | None:
+    """An input of command ``i`` (a file an earlier step of the agent made) that ``script`` never ran on: not
+    in one of its commands, and not its output (named after its input: ``swap.json`` → ``swap.checked.json``)."""
+    made: set[str] = set()
+    for j in range(i):
+        if f.oks[j] and f.tools[j] == "run_command":
+            made.update(f.written_paths(j))
+            if f.background(j):
+                made.update(f._job(j).outputs)
+    mine = set(f.written_paths(i))
+    inputs = [p for p in (norm_path(t) for t in TOKEN_SPLIT_RE.split(f.command(i)) if "." in t) if p in made and p not in mine
+              and (not word or word in p.rsplit("/", 1)[-1].lower())]
+    if not inputs:
+        return None
+    checked = [f.command(j) for j in range(i) if f.oks[j] and f.tools[j] == "run_command" and script in f.script_runs(j)]
+    for p in inputs:
+        stem = p.rsplit("/", 1)[-1].split(".", 1)[0]
+        if not any(p in c or re.search(rf"(?:^|[\s/=]){re.escape(stem)}\.", c) for c in checked):
+            return p
+    return None
+
+
 def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
     """(step, reason) for every action that contradicts an earlier explicit directive (once per facts)."""
     cache = f.__dict__.setdefault("_violations", {})
@@ -1455,6 +1505,12 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                 got = _value_in(content, d.target) if tool != "run_command" else _flag_value(content, "--" + d.target)
                 if got is not None and _norm_value(got) != _norm_value(d.values["v"]):
                     reason = f"set {d.target} = {got}, not {d.values['v']} as told ({d.describe()})"
+            elif d.kind == "inputs_through" and tool == "run_command" and ok and d.target not in runs and key not in omitted and (
+                    names_job(d.values["before"], f.command(i)) if d.values.get("before") else
+                    (f.written_paths(i) or f.background(i))) and \
+                    (p_ := _unchecked_input(f, i, d.target, d.values.get("inputs", ""))):
+                omitted.add(key)  # (once: what it made from the unchecked file is the same breach carried on)
+                reason = f"used {p_} without running {d.target} on it first ({d.describe()})"
             elif d.kind == "set" and d.target in written:
                 content = f.args[i].get("content") if tool in ("create_file", "edit_file") else f.command(i)
                 if isinstance(content, str):
