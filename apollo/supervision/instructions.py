@@ -251,6 +251,14 @@ KEEP_WORDS_BOUND_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}
 # through S (the word after "before" names the later job)
 EVERY_RE = re.compile(r"(?i)\b(?:on|over|to)\s+(?:every|each|all|any|everything)\b")
 # "flipped examples have to go through S", "pass the swaps through S": the subject names the inputs
+_CHECK_SCRIPT_RE = re.compile(r"(?i)\b(?:check|verify|look\s+at|consult)\s+(?:with\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+# "for any retrain from now on re-run probe_reward.py first": every later training launch needs a run of S since
+# the last one
+RETRAIN_PRE_RE = re.compile(r"(?i)\b(?:for|before)\s+(?:any|every|each|the\s+next|a|another)\s+(?:new\s+)?"
+                            r"(?:re-?train\w*|training(?:\s+run)?|train\s+run|(?:grpo|sft|dpo|ppo)\s+run)\b")
+# "min_rm 0.2. Not lower.": the second sentence bounds the first one's value
+_NOT_SIDE_RE = re.compile(r"\b([A-Za-z_][\w-]*)\s+(-?\d[\d.]*\d|-?\d)\s*[.,;]\s+(?:but\s+)?(?:not|no|never)\s+"
+                          r"(lower|less|below|smaller|higher|more|above|bigger|larger)\b\.?", re.IGNORECASE)
 _THROUGH_SCRIPT_RE = re.compile(r"(?i)\b(?:go|goes|pass|passes|be\s+run|run)\s+through\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 THROUGH_RE = re.compile(r"(?i)\b([a-z][\w-]*)\s+(?:([a-z][\w-]*)\s+)?(?:(?:has|have|needs?|must|should)\s+(?:to\s+)?)?"
                         r"(?:go|goes|pass|passes|be\s+run|run)\s+through\s+$")
@@ -410,6 +418,9 @@ def extract(text: str, given_at: int = 0) -> list[Directive]:
 def _extract(text: str) -> tuple[Directive, ...]:
     given_at = 0
     out: list[Directive] = []
+    if "ot " in text or "ever " in text:
+        text = _NOT_SIDE_RE.sub(lambda m: f"{m.group(1)} {m.group(2)} or "
+                                          f"{'higher' if m.group(3).lower() in ('lower', 'less', 'below', 'smaller') else 'lower'}", text)
     for sent in (s.strip() for s in _SENT_SPLIT.split(text)):
         if not sent:
             continue
@@ -489,6 +500,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
         elif m2:
             out.append(d("finish_after", "", {"n": "1", "from": "given"}))
         pre_eval = EVAL_PRECOND_RE.search(sent)
+        if script is None and pre_eval and (cm := _CHECK_SCRIPT_RE.search(sent[:pre_eval.start()])):
+            script = cm.group(1)  # "next time check ner_dev before calling eval"
         if script and pre_eval and not LAST_EVAL_RE.search(sent):
             # "run S1 and S2 on a new checkpoint before you spend an eval on it": a precondition of every
             # later eval, not an order to run S now
@@ -496,7 +509,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
             # "before each eval" / "before every eval": every eval needs a run of S since the previous one
             # "before another eval" / "before the next eval": the first eval after the message only
             scope = ("each" if re.search(r"(?i)\b(?:each|every|all)\s+(?:\w+\s+)?eval", pre_eval.group(0)) else
-                     "next" if re.search(r"(?i)\b(?:another|next)\s+eval", pre_eval.group(0)) else "any")
+                     "next" if re.search(r"(?i)\b(?:another|next)\s+eval", pre_eval.group(0))
+                     or re.search(r"(?i)\bnext\s+time\b", sent) else "any")  # ("next time check S before calling eval")
             out.append(d("eval_needs_check", norm_path(scripts[0]), {"scope": scope}))
         elif script and not re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(script)}", sent) \
                 and not any(x == script.lower() for x, _ in orders):
@@ -513,6 +527,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 if k and (not flags or re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(name)}", sent)):
                     continue  # (a later script without flags of its own: named, not ordered with settings)
                 out.append(d("use_script", norm_path(name), flags))
+            if RETRAIN_PRE_RE.search(sent) and not TRAIN_PRECOND_RE.search(sent):
+                out.append(d("train_needs_check", norm_path(script), {"each": "1"}))
             at = sent.find(script)
             if EVERY_RE.search(sent, at):
                 # "run S on every augmented file before merging", "Run S on everything augmented"
@@ -1220,6 +1236,12 @@ def _unchecked_training(f: Facts, i: int, d: Directive) -> str | None:
     if not launches_training(f, i):
         return None
     runs_check = lambda j: any(r == d.target or r.endswith("/" + d.target) for r in f.script_runs(j))  # noqa: E731
+    if d.values.get("each"):  # "for any retrain from now on re-run S first": a run of S since the last launch
+        since = max([d.given_at] + [j + 1 for j in range(d.given_at, i) if f.oks[j] and launches_training(f, j)])
+        if any(runs_check(j) and f.oks[j] and not f.steps[j].observation.exit_code for j in range(since, i)):
+            return None
+        return f"launched training without running {d.target} since {'the last launch' if since > d.given_at else 'the message'} " \
+               f"({d.describe()})"
     edits = [j for j in range(d.given_at, i) if f.tools[j] in ("edit_file", "create_file") and f.oks[j] and f.writes[j]]
     if not edits or any(runs_check(j) and f.oks[j] and not f.steps[j].observation.exit_code for j in range(edits[-1] + 1, i)):
         return None
