@@ -535,6 +535,9 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 job = _BEFORE_JOB_RE.search(sent, at) or _BEFORE_WORD_RE.search(sent, at)
                 vals = {"before": job.group(1).lower()} if job and job.group(1).lower() not in _ORDER_STOP else {}
                 out.append(d("inputs_through", norm_path(script), vals))
+                # (a condition on what later jobs use, not an order to run S now: S already run on every input
+                # satisfies it)
+                out[:] = [x for x in out if not (x.kind == "use_script" and x.text == sent and x.target == norm_path(script))]
             if BACKGROUND_RE.search(sent):
                 out.append(d("background", norm_path(script)))
         elif BACKGROUND_RE.search(sent) and re.search(r"(?i)\b(?:train|run|start|launch)", sent):
