@@ -1072,3 +1072,13 @@ def test_round_10_what_a_command_shows_servers_sampler_copies_and_waited_out_ret
     steps = [st("open_file", {"path": "configs/train.yaml"}, "[configs/train.yaml: lines 1-9 of 9]"), train, sleep,
              idle("train"), ev(), cfg, train, sleep, ev()]
     assert list(drops(t(*steps, evals=ev_at((4, 35.0), (8, 29.0))), "performance_regression")) == [5]
+
+
+def test_round_10_a_gpu_job_beside_one_that_holds_every_gpu_whose_output_nothing_uses():
+    """A GPU job started while another job holds all the pool's GPUs, whose output no later step reads, is
+    waste (blind_research6); read later, it is a job run alongside (no finding)."""
+    hold = bg("torchrun --nproc_per_node 8 scripts/train_x.py --out outputs/ckpt", "train")
+    warm = bg("python scripts/rewrite.py --input a.jsonl --output outputs/warm.jsonl --model m --tensor_parallel_size 8", "w")
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    assert list(drops(t(hold, warm, sleep, idle("train"), ev()), "resource_waste")) == [1]
+    assert drops(t(hold, warm, sleep, idle("train"), run("wc -l outputs/warm.jsonl"), ev()), "resource_waste") == {}

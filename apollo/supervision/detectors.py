@@ -1366,6 +1366,10 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif twin is not None:
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
+            elif gpu and f.background(i) and not f.is_server(i) and (holder := _gpu_holder(f, i, pool)) is not None \
+                    and _never_used(f, i):
+                out.append(_drop(i, "resource_waste", f"launched a GPU job while '{short(holder.command)}' (step {holder.step}) "
+                                                      f"holds all {pool} GPUs; nothing ever used what it made"))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) \
                     and not f.is_server(i) and not any(_short_check(f, s) for s in runs) \
@@ -1391,6 +1395,39 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif is_job and obs.exit_code == 0 and not obs.error:
                 done_cmds[cmd] = i
     return out
+
+
+def _gpu_holder(f: Facts, i: int, pool: int | None) -> Any:
+    """A job still running at step ``i`` (a server included) that takes every GPU of the pool, or None."""
+    if not pool or pool < 2:
+        return None
+    for j in f.jobs_before[i]:
+        if f._consumes(i, j) or _waited_and_evaluated(f, j, i):
+            continue
+        g, u = gpu_job(f, j.step)
+        if (g or j.server) and (u is None or u >= pool):
+            return j
+    return None
+
+
+def _never_used(f: Facts, i: int) -> bool:
+    """Background job ``i`` made files (known outputs) and nothing after it reads them: none named later, its
+    session's output never fetched (it was killed, replaced or left). Tried and left out: a relaunch writing
+    the same files as no use, and a job without known outputs as never used (+0 on the labeled sets: a dev
+    run on a base model beside training is waste for one labeler and a baseline for another)."""
+    job = f._job(i)
+    outs = [o for o in job.outputs if o]
+    for k in range(i + 1, f.n):
+        if f.tools[k] == "get_session_output" and f.session(k) == job.session and f.oks[k]:
+            return False
+        if f.tools[k] == "eval":
+            if any(covers(o, e) or covers(e, o) for o in outs for e in f.eval_inputs):
+                return False
+            continue
+        text = f.command(k) + " " + str(f.args[k].get("path", "")) + " " + str(f.args[k].get("content", ""))
+        if any(o in text or os.path.basename(o.rstrip("/")) in text for o in outs):
+            return False
+    return bool(outs)
 
 
 @register("violate_instruction", judge_always=True)
