@@ -1082,3 +1082,35 @@ def test_round_10_a_gpu_job_beside_one_that_holds_every_gpu_whose_output_nothing
     sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
     assert list(drops(t(hold, warm, sleep, idle("train"), ev()), "resource_waste")) == [1]
     assert drops(t(hold, warm, sleep, idle("train"), run("wc -l outputs/warm.jsonl"), ev()), "resource_waste") == {}
+
+
+def test_round_10_more_directive_shapes_from_the_earlier_sets():
+    """Round 10, from the earlier sets' unread directives: "Don't change TEMPERATURE in patch_agent.py" (one
+    key of one file), "dev runs at --concurrency 16", "gen_targets: --dp 4 and --max_tokens 512 please",
+    "training runs go on all 4 cards", and "while a training run is going, don't put anything else on the
+    GPUs" (a GPU job beside a running training breaks it; "anything" is no script name)."""
+    def kinds(text):
+        return [(d.kind, d.target, d.values) for d in extract(text)]
+
+    assert kinds("Don't change TEMPERATURE in patch_agent.py. Keep it 0.") == \
+        [("no_touch", "(?:^|[_.])temperature$", {"topic": "TEMPERATURE"})]
+    assert not [k for k in kinds("don't change anything in configs/x.yaml") if k[0] == "no_touch" and "anything" in k[1]]
+    assert kinds("also: dev runs at --concurrency 16 only pls") == [("flag", "--concurrency", {"v": "16", "script": ""})]
+    assert kinds("scripts/gen.py: --dp 4 and --max_tokens 512 please. Long tails slow it down.") == \
+        [("flag", "--dp", {"v": "4", "script": "scripts/gen.py"}), ("flag", "--max_tokens", {"v": "512", "script": "scripts/gen.py"})]
+    assert kinds("training runs go on all 4 cards: torchrun --nproc_per_node 4") == [("gpus", "", {"v": "4", "train": "1"})]
+    assert kinds("dont run anything else on the gpus while training runs") == [("gpu_exclusive", "", {})]
+
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    see = st("open_file", {"path": "patch_agent.py"}, "[patch_agent.py: lines 1-3 of 3]\n1: TEMPERATURE = 0\n2: x\n3: y")
+    edit = lambda v: st("edit_file", {"path": "patch_agent.py", "start_line": 1, "end_line": 1,  # noqa: E731
+                                      "content": f"TEMPERATURE = {v}"}, "Edited patch_agent.py lines 1-1.")
+    rule = "Don't change TEMPERATURE in patch_agent.py. Keep it 0."
+    assert list(drops(t(g(see, rule), edit("0.7")), "violate_instruction")) == [1]
+    assert drops(t(g(see, rule), edit("0")), "violate_instruction") == {}
+    train = bg("torchrun --nproc_per_node 8 scripts/train_x.py --out outputs/ckpt", "train")
+    bench = run("python scripts/bench.py --model outputs/ckpt/checkpoint-100 --tp 8")
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    rule = "while a training run is going, don't put anything else on the GPUs"
+    assert list(drops(t(g(train, rule), bench), "violate_instruction")) == [1]
+    assert drops(t(g(train, rule), sleep, idle("train"), bench), "violate_instruction") == {}

@@ -134,6 +134,10 @@ _AT_VALUE = r"(?:at|to|=|equal\s+to)\s+(?:(?:the|its|their)\s+)?(?:(?:default|cu
 KEEP_AT_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?(?:--)?{_KEY}\s+{_AT_VALUE}{_NUM}(?!\s*(?:%|examples|rows|pairs))")
 NO_RAISE_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(raise|increase|lower|decrease|reduce)\s+"
                          r"(?:the\s+)?([A-Za-z_][\w.-]*_[\w.-]*|it)\b")
+# "Don't change TEMPERATURE in patch_agent.py", "don't change MAX_STEPS in planner.py": one key of one file
+NO_TOUCH_KEY_IN_RE = re.compile(rf"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|modify|edit|alter|tune)\s+(?:the\s+)?`?"
+                                rf"(?!(?:it|this|that|them|anything|everything|things|stuff|code|file|logic|lines?)\b)"
+                                rf"([A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9])`?\s+in\s+(?:the\s+file\s+)?`?{_PATH}")
 NO_TOUCH_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|modify|edit|alter|tune)\s+(?:the\s+|any\s+)?"
                          r"(.+?)(?:\s+(?:settings?|values?|parameters?|hyperparameters?|knobs?))?\s*(?:[.;!]|$)")
 # "Keep the learning rate at 2e-5", "keep the batch size at 64": a topic (see _TOPIC_KEYS), not a key name
@@ -166,7 +170,9 @@ EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only
                         r"(?P<rel>at\s+least|above|over|more\s+than|greater\s+than|higher\s+than|no\s+less\s+than|>=|>)\s+"
                         r"(?P<v>-?\d[\d.]*%?)")
 _METRIC_STOP = {"its", "the", "your", "their", "that", "this", "dev", "rate", "score", "new", "checkpoint"}
-FLAG_USE_RE = re.compile(r"(?i)\b(?:use|pass|set|with)\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
+FLAG_USE_RE = re.compile(r"(?i)\b(?:use|pass|set|with|(?:runs?|go(?:es)?)\s+(?:at|with))\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
+# "gen_targets: --dp 4 and --max_tokens 512 please": a script named, then the flags it is to run with
+SCRIPT_FLAGS_RE = re.compile(r"^\W*`?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`?\s*[:\u2014-]\s*((?:--[\w-]+[= ]+[^\s,;]+[\s,;]*(?:and\s+|&\s+)?)+)")
 _UNITS = (r"examples|rows|pairs|samples|records|items|questions|lines|instances|dialogues|dialogs|conversations|"
           r"problems|documents|docs|queries|prompts|trajectories|episodes|sentences|comments|turns|answers|"
           r"solutions|completions|captions|images|pairs|tasks|programs|puzzles|stories|texts|ids|labels|candidates")
@@ -209,7 +215,14 @@ EVAL_UNFINISHED_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never|no)\s+(?:spend|
 TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|launching|starting)?\s*(?:\w+\s+)?"
                               r"(?:training|train\b|retrain\w*|(?:rl|grpo|sft|ppo|dpo)\s+runs?)")
 # "use all four GPUs for training runs", "rl_train.sh on all 4 GPUs please"
-ALL_GPUS_RE = re.compile(r"(?i)\b(?:on|use|using|with|across|over)\s+all\s+(?:the\s+|of\s+the\s+)?(\d+|two|three|four|six|eight)\s+GPUs\b")
+# "while a training run is going, don't put anything else on the GPUs": no other GPU job beside a running training
+GPU_EXCLUSIVE_RE = re.compile(r"(?i)\bwhile\s+(?:a\s+|the\s+|any\s+)?(?:training|train|grpo|sft)\b[^.;!?]{0,40}?\b(?:going|running|"
+                              r"on|up)\b[^.;!?]{0,10}?\b(?:don'?t|do\s+not|never|no)\s+(?:put|run|start|launch|schedule)\s+"
+                              r"(?:anything|any\s+other\s+\w+|other\s+jobs?|something|more)\s+(?:else\s+)?on\s+(?:the\s+)?(?:GPUs|cards)"
+                              r"|\b(?:don'?t|do\s+not|never|no)\s+(?:put|run|start|launch)\s+(?:anything|other\s+jobs?)\s+(?:else\s+)?"
+                              r"on\s+(?:the\s+)?(?:GPUs|cards)\s+while\s+(?:a\s+|the\s+)?(?:training|train|grpo|sft)\b")
+ALL_GPUS_RE = re.compile(r"(?i)\b(?:on|use|using|with|across|over)\s+all\s+(?:the\s+|of\s+the\s+)?(\d+|two|three|four|six|eight)\s+"
+                         r"(?:GPUs|cards|devices|H100s|A100s)\b")
 _COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
@@ -443,7 +456,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 if re.match(r"(?i)\s+(?:(?:\w+\s+)?(?:before|until|while)\b|(?:on|with|using|across)\s+(?:fewer|less|more)\s+than\b|[A-Za-z_][\w-]*\s*[<>])",
                             sent[m.end():]):
                     continue  # "do not start training before the judge has finished": an order rule, not a ban
-                if not FORBID_WRITE_RE.search(sent[m.start():m.end() + 40]) and m.group(1).lower() not in ("it", "this", "that"):
+                if not FORBID_WRITE_RE.search(sent[m.start():m.end() + 40]) and m.group(1).lower() not in ("it", "this", "that", "anything",
+                                                                                                   "something", "everything", "more"):
                     out.append(d("forbid_run", m.group(1)))
         if FINISH_RE.search(sent) and not any(x.kind == "forbid_eval" for x in out):
             out.append(d("forbid_eval", "unchanged"))
@@ -600,12 +614,19 @@ def _extract(text: str) -> tuple[Directive, ...]:
         m = NO_RAISE_RE.search(sent)
         if m and m.group(2).lower() != "it":
             out.append(d("no_change", m.group(2), {"dir": "up" if m.group(1).lower() in ("raise", "increase") else "down"}))
+        for m in NO_TOUCH_KEY_IN_RE.finditer(sent):
+            out.append(d("no_touch", rf"(?:^|[_.]){re.escape(m.group(1).lower())}$", {"topic": m.group(1)}))
         m = NO_TOUCH_RE.search(sent)
         if m and not FORBID_WRITE_RE.search(sent) and not re.search(_PATH, m.group(1)):
             for topic in re.split(r"\s*(?:,|\band\b|\bor\b)\s*", m.group(1)):
                 rx = _topic_regex(topic.strip())
                 if rx:
                     out.append(d("no_touch", rx, {"topic": topic.strip()}))
+        sf = SCRIPT_FLAGS_RE.match(sent)
+        if sf:
+            for fl, v in FLAG_RE.findall(sf.group(2)):
+                if v and v.lower().strip("'\"`") not in _NOT_VALUES:
+                    out.append(d("flag", fl, {"v": v, "script": norm_path(sf.group(1))}))
         if not script:
             for m in FLAG_USE_RE.finditer(sent):
                 if m.group(2).lower().strip("'\"`") in _NOT_VALUES:
@@ -710,6 +731,8 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         sm = re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent[:m.start()])
         if sm:
             res.append(d("train_needs_check", norm_path(sm.group(1))))
+    if GPU_EXCLUSIVE_RE.search(sent):
+        res.append(d("gpu_exclusive", ""))
     m = ALL_GPUS_RE.search(sent)
     if m:
         n = _gpu_count(m.group(1))
