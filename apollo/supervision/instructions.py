@@ -60,7 +60,19 @@ directive                    example                                      a late
                                                                            previous eval (changed outputs or not)
 ``eval_needs_check S`` (next) "before you spend another eval, run S"        the same, for the next eval only
 ``eval_if METRIC op v``      "only spend the eval if its faithful rate is   calls eval while the last reading of METRIC
-                             above 85%"                                    (a command's output) breaks the condition
+                             above 85%", "dont spend an eval unless         (a command's output) breaks the condition
+                             lfqa_dev support is above 0.62"
+``inputs_through S``         "run state_check.py --write on every          runs the later job ("merging", "training";
+                             augmented file before merging", "flipped      none named: any command that writes) on
+                             examples have to go through sql_check         a file an earlier step made that S never
+                             before they go anywhere near training"        ran on (nor made, ``swap.json`` →
+                                                                           ``swap.checked.json``); once
+``train_needs_check S``      "Run probe_reward.py after every reward       launches training after an edit with no
+                             change, before any training"; (each) "for     run of S since it; (each) with no run of
+                             any retrain from now on re-run S first"       S since the last launch
+``keep KEY word``            "run the nli on cpu (nli_device: cpu)"        writes KEY with another word
+``gpu_exclusive``            "while a training run is going, don't put     starts a GPU job beside a running
+                             anything else on the GPUs"                    training (checked in the detectors)
 
 Beside this grammar of sentence shapes, :func:`generic_constraints` reads every directive sentence as
 (subject, relation, value) triples — "cap comments per PR at 3 (--max_per_pr 3)", "keep the temperature
