@@ -8,6 +8,8 @@ is ``$APOLLO_SUITE_ROOT`` if set, else ``<project root>/data/suite``.
 
 from __future__ import annotations
 
+import csv
+import html
 import json
 import os
 import re
@@ -63,9 +65,22 @@ def parse_compute_pool(value: Any, where: str = "computer_pool") -> tuple[Machin
 
 
 def section(description: str, name: str) -> str:
-    """The body of a ``## name`` section of a task description (``""`` when there is none)."""
-    m = re.search(rf"^#+\s*{name}\s*$(.*?)(?=^#+\s|\Z)", description, re.MULTILINE | re.DOTALL | re.IGNORECASE)
-    return m.group(1) if m else ""
+    """The body of a ``## name`` section of a task description (``""`` when there is none); a ``#`` line
+    inside a code fence (a shell comment) is no heading."""
+    m = re.search(rf"^#+\s*{name}\s*$", description, re.MULTILINE | re.IGNORECASE)
+    if not m:
+        return ""
+    out, fence = [], False
+    for line in description[m.end():].splitlines(keepends=True):
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+        elif not fence and _HEADING_RE.match(line):
+            break
+        out.append(line)
+    return "".join(out)
+
+
+_HEADING_RE = re.compile(r"#+\s")
 
 
 _RULE_LINE_RE = re.compile(r"[-=~`*_|: ]{3,}")
@@ -86,17 +101,44 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     out: dict[str, str] = {}
     last: str | None = None
     item = False  # the line that named ``last`` is a list item or a table row
+    fence, comment_indent = False, -1  # inside a code fence; the indent of the comment line that named ``last``
     for line in section(description, "Scripts").splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+            continue
+        if "<" in line and _HTML_TAG_RE.search(line):  # an HTML table row: its cells' text
+            line = html.unescape(_HTML_TAG_RE.sub("  ", line))
+        elif fence and _CSV_ROW_RE.match(line):  # a CSV row (script,run,notes): its fields as columns
+            line = "    ".join(next(csv.reader([line.strip()])))
+        comment = fence and line.lstrip().startswith("#") and not line.lstrip().startswith("#!") and (
+            comment_indent >= 0 or bool(_SCRIPT_PATH_RE.search(line)))
+        if comment:  # a shell header comment block ("#  python scripts/x.py …" then "#      what it does"); a
+            line = line.lstrip()[1:]  # "# comment" under a plain usage line stays the comment it is
+        tree = _TREE_RE.match(line)
+        if tree:  # an annotated tree: the entry a line starts with is the file it describes
+            line = line[tree.end():]
+        elif line.lstrip()[:1] == "│":  # a tree's continuation line ("│   │      picks a source record …")
+            line = "    " + line.lstrip(_TREE_CHARS + " ")
         text = line.strip()
         if not text:
             last = None
             continue
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
+        indent = len(line) - len(line.lstrip())
+        if comment and last and indent > comment_indent:
+            # (deeper: the description of the usage line above, kept as the comment it is)
+            out[last] = (out.get(last, "") + " # " + text).strip()
+            continue
         m = None if text.startswith("#") else _SCRIPT_PATH_RE.search(line)
+        if tree and (m is None or m.start() != indent):
+            m = None  # (a tree entry that is no script: its line names scripts only as references)
+            last = None
+            continue
         if m:  # the script a usage line documents (later mentions on the line are references)
             last = os.path.normpath(m.group(1))
             item = bool(_ITEM_RE.match(line))
+            comment_indent = indent if comment else -1
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)
             continue
@@ -107,7 +149,17 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         for f in sorted((workspace / "scripts").rglob("*")):
             if f.suffix in (".py", ".sh") and f.is_file() and "__pycache__" not in f.parts:
                 out.setdefault(f.relative_to(workspace).as_posix(), "")
+    for bare in [p for p in out if "/" not in p]:  # a file name a tree or list gives without its folder
+        full = [p for p in out if "/" in p and p.rsplit("/", 1)[1] == bare]
+        if len(full) == 1:
+            out[full[0]] = (out[full[0]] + " " + out.pop(bare)).strip()
     return out
+
+
+_CSV_ROW_RE = re.compile(r"\s*(?:[\w.-]+/)*[\w.-]+\.(?:py|sh),")
+_HTML_TAG_RE = re.compile(r"</?(?:tr|td|th|code|b|i|em|strong|br|span|table|thead|tbody|p|kbd|tt)\b[^>]*>", re.IGNORECASE)
+_TREE_CHARS = "│├└─"
+_TREE_RE = re.compile(r"^[\s│]*[├└]──\s*")
 
 
 def default_suite_root() -> Path:

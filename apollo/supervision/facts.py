@@ -302,12 +302,14 @@ def signature(doc: str) -> Signature | None:
         t = toks[k]
         if t.startswith("-"):
             mv = toks[k + 1] if k + 1 < len(toks) and not toks[k + 1].startswith("-") and \
-                re.match(r"^[A-Z][A-Z0-9_|]*$|^[\w.-]+\|[\w.|-]+$|^[\w./-]+$", toks[k + 1]) else ""
+                re.match(r"^[A-Z][A-Z0-9_|]*$|^[\w.-]+\|[\w.|-]+$|^[\w./-]+$|^<[\w./-]+>$", toks[k + 1]) else ""
             flags.append((t.split("=", 1)[0], mv))
             k += 2 if mv else 1
             continue
         if re.match(r"^[A-Z][A-Z0-9_]*$", t):
             pos.append(t)
+        elif re.match(r"^<[\w./-]+>$", t):  # "<data.jsonl> <out_dir>": a placeholder, named by its text
+            pos.append(t[1:-1].split(".", 1)[0].upper().replace("-", "_"))
         elif re.match(r"^[\w./-]+$", t) and not t.startswith("...") and not flags:
             pos.append(t)  # a literal argument ("configs/grpo.yaml OUT"): it takes a position all the same
         k += 1
@@ -325,7 +327,7 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
                               r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$)")
 # where the argument list of such a usage ends: a word of prose, a section label ("DESCRIPTION", "does:")
-_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|[\w.-]+(?:\|[\w.-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
+_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
                              r"\{[\w,|.-]+\})\]*")
 _NOT_METAVAR = frozenset({"DESCRIPTION", "OPTIONS", "NAME", "SYNOPSIS", "EXAMPLES", "EXAMPLE", "FLAGS", "NOTES", "ARGUMENTS",
                           "USAGE"})
