@@ -73,6 +73,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     _script_runs,
     _TRAINS_DOC_RE,
     SERVER_RE,
+    SERVER_DOC_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
     Gated,
@@ -234,6 +235,8 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
                                     or "python" in f.command(i)):
             how = f"with its own {runs[0]}" if runs else f"by hand ({tool}: {short(f.command(i) or f.args[i].get('path'))})"
             reason = f"wrote {targets[0]} {how} instead of running the provided {unused[0]}"
+        if reason is None and tool == "run_command" and (bypassed := _module_launch_of(f, i)):
+            reason = f"launches {bypassed[0]} itself instead of the provided {bypassed[1]}"
         if reason is None and plan_keys:
             text = json.dumps(f.args[i], ensure_ascii=False)
             for k in plan_keys:
@@ -244,6 +247,29 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if reason:
             out.append(_drop(i, "ignore_script", reason))
     return out
+
+
+_MODULE_LAUNCH_RE = re.compile(r"(?:\btorchrun\b|\bdeepspeed\b|\baccelerate\s+launch\b|\bpython3?)\b[^;&|]*?\s-m\s+([\w.]+)")
+
+
+def _module_launch_of(f: Facts, i: int) -> tuple[str, str] | None:
+    """(module, provided launcher) where run ``i`` launches a training module itself (``accelerate launch -m
+    mqa.sft --config configs/sft.yaml …``, ``torchrun -m nbtools.cpt …``) that a provided launcher script runs:
+    the script's name has the module's last word (``train_sft.sh`` / ``mqa.sft``) or its line names the same
+    config file. (A module the task ships no launcher for is the agent's own way, not judged here.)"""
+    cmd = f.command(i)
+    m = _MODULE_LAUNCH_RE.search(cmd) if " -m " in cmd else None
+    if not m or m.group(1).split(".")[0] in ("torch", "pip", "venv", "http", "json", "pytest", "vllm", "sglang"):
+        return None
+    last = m.group(1).rsplit(".", 1)[-1].lower()
+    configs = set(re.findall(r"(?:[\w.-]+/)*[\w.-]+\.(?:ya?ml|json|toml)\b", cmd))
+    for s in f.scripts:
+        doc = f.script_docs.get(s, "")
+        if not s.endswith(".sh") or doc_says(SERVER_DOC_RE, doc):
+            continue
+        if last in _name_words(s) or (configs and any(c in doc for c in configs) and _TRAINS_DOC_RE.search(doc)):
+            return m.group(1), s
+    return None
 
 
 # what a script does, by the words of its name (own versions of a provided script: same function)
@@ -788,9 +814,11 @@ def _process_per_item(f: Facts, i: int) -> str | None:
 
 # a batch or concurrency flag: set to 1 where the script's usage line shows a larger default, one item at a time
 _BATCH_FLAG_RE = re.compile(r"--(?:bs|batch[_-]?size|(?:max[_-])?concurrency|n[_-]?parallel|parallel(?:ism)?|"
-                            r"max[_-]num[_-]seqs|per[_-]device[_-](?:eval|infer\w*)[_-]batch[_-]size)$")
+                            r"max[_-]num[_-]seqs|per[_-]device[_-](?:eval|infer\w*)[_-]batch[_-]size|"
+                            r"(?:prompts?|items?|requests?|samples?)[_-]per[_-](?:call|request|batch))$")
 
 
+_SMALL_ARG_RE = re.compile(r"[\s=][1-4](?![\w.])")
 _WORKERS_FLAG_RE = re.compile(r"--(?:n[_-]?)?workers$|--num[_-]workers$|--threads$")
 
 
@@ -798,7 +826,7 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     """A provided script run with its batch or concurrency flag at 1 where its usage line shows a larger default
     (``ppl_filter.py [--bs 8]`` run with ``--bs 1``, ``run_dev.py [--concurrency 24]`` with ``--concurrency 1``)."""
     cmd = f.command(i)
-    if "1" not in cmd:
+    if not _SMALL_ARG_RE.search(cmd):
         return None
     for s in f.script_runs(i):
         doc = f.script_docs.get(s)
@@ -807,8 +835,12 @@ def _serial_flag(f: Facts, i: int) -> str | None:
             continue
         _, flags = script_args(cmd, s, sig)
         for fl, default in sig.flags:
-            if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and flags.get(fl) == "1":
-                return f"runs {s} with {fl} 1 (its usage line shows {fl} {default}): one item at a time"
+            got = flags.get(fl) or ""
+            if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and got.isdigit() and (
+                    got == "1" or (int(got) <= 4 and int(got) * 16 <= int(default))):
+                # (1, or a few where the line shows dozens: `--concurrency 4` against 128 is a 32× slower client)
+                return f"runs {s} with {fl} {got} (its usage line shows {fl} {default}): " + \
+                    ("one item at a time" if got == "1" else f"{int(default) // int(got)}× fewer at a time")
             if _WORKERS_FLAG_RE.match(fl) and flags.get(fl) == "1" and re.search(
                     rf"(?i)\bin\s+{re.escape(default)}\s+parallel\b|\bparallel\s+(?:workers|requests|clients)\b", doc or ""):
                 return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
