@@ -1185,6 +1185,7 @@ _GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_no
 _NGPU_POS_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|WORLD_SIZE|NPROC)$")
 _TP_ARG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)(?:=|\s+)(\d+)")
 _DP_ARG_RE = re.compile(r"--(?:data[_-]parallel(?:[_-]size)?|dp|(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
+_GPU_ENV_RE = re.compile(r"(?:^|[\s;&(])(N_?GPUS?|NUM_GPUS|GPUS|NGPU|NPROC(?:_PER_NODE)?|WORLD_SIZE)=(\d+)\s")
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
 _LAUNCHER_RE = re.compile(r"\b(?:torchrun|deepspeed|accelerate\s+launch|python3?\s+-m\s+torch\.distributed\.\w+)\b")
 _GPU_JOB_RE = re.compile(r"(?i)(?:train|finetun|fine_tun|sft|dpo|ppo|grpo|rlhf|pretrain|distill|infer|generat|"
@@ -1252,6 +1253,9 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     if m:
         return True, len([d for d in m.group(1).split(",") if d.strip()])
     counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
+    env = _GPU_ENV_RE.search(cmd)  # `GPUS=4 bash scripts/run_grpo.sh …` (the line: "on `GPUS` GPUs (default 8)")
+    if env and any(re.search(rf"\b{env.group(1)}\b", f.script_docs.get(s, "")) for s in f.script_runs(i)):
+        counts.append(int(env.group(2)))
     tp, dp = _TP_ARG_RE.findall(cmd), _DP_ARG_RE.findall(cmd)
     if tp and dp:
         counts.append(max(map(int, tp)) * max(map(int, dp)))  # --tp 4 --dp 2: two replicas of four GPUs
@@ -1402,6 +1406,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                     and _never_used(f, i):
                 out.append(_drop(i, "resource_waste", f"launched a GPU job while '{short(holder.command)}' (step {holder.step}) "
                                                       f"holds all {pool} GPUs; nothing ever used what it made"))
+            elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (srv := _lone_server(f, i, pool)):
+                out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) \
                     and not f.is_server(i) and not any(_short_check(f, s) for s in runs) \
@@ -1427,6 +1433,44 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif is_job and obs.exit_code == 0 and not obs.error:
                 done_cmds[cmd] = i
     return out
+
+
+def _lone_server(f: Facts, i: int, pool: int) -> str | None:
+    """A model server launched on at most half the pool (``serve.sh 4``, ``--tp 4`` of 8, one replica of two) with
+    no other GPU job started while it is up: the rest of the pool idles for its whole life."""
+    cmd = f.command(i)
+    used = gpus_used(cmd)
+    if used is None:
+        runs = [s for s in f.script_runs(i) if s in f.script_docs]
+        g, used = gpu_job(f, i) if runs else (False, None)
+    if used is None or used * 2 > pool:
+        return None
+    # only where the provided script's line shows a larger default of the flag the command lowered ("[--replicas 2]"
+    # run with --replicas 1): a server the agent sized below what the task ships (labelers split on others)
+    cmd_flags = dict(re.findall(r"(--[\w-]+)[= ](\d+)", cmd))
+    lowered = False
+    for s in f.script_runs(i):
+        sig = signature(f.script_docs.get(s, "")) if s in f.script_docs else None
+        for fl, default in (sig.flags if sig else ()):
+            if default.isdigit() and fl in cmd_flags and int(cmd_flags[fl]) < int(default) and \
+                    re.search(r"(?i)tp|tensor|dp|data|replica|gpus|engines", fl):
+                lowered = True
+    if not lowered:
+        return None
+    sid = f.session(i)
+    for k in range(i + 1, f.n):
+        if not f.oks[k]:
+            continue
+        if f.tools[k] == "kill_session_processes" and f.session(k) == sid:
+            break
+        if f.tools[k] == "run_command" and f.background(k) and f.session(k) == sid:
+            break  # (replaced in its session)
+        if f.tools[k] == "run_command" and not f.is_server(k) and gpu_job(f, k)[0]:
+            return None  # something else uses GPUs beside it
+    else:
+        if i == f.n - 1:
+            return None
+    return f"started a model server on {used} of the task's {pool} GPUs with nothing else on the rest while it ran"
 
 
 def _gpu_holder(f: Facts, i: int, pool: int | None) -> Any:
