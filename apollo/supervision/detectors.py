@@ -975,8 +975,10 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
     last = 0
     carried: list[int] = []  # jobs still running at an eval: the eval did not measure them, the next one does
     carried_edits: set[int] = set()  # the edits such a job carries out
+    best_at = -1  # the step of the best eval so far
     for (pos0, s0), (pos1, s1) in zip(evals, evals[1:]):
-        best = max(best, s0)
+        if s0 > best:
+            best, best_at = s0, pos0
         before += [j for j in range(last, pos0 + 1) if f.tools[j] == "run_command" and f.oks[j] and j not in carried]
         # jobs started since this eval and still running at the next one: that eval does not measure them
         # (a job the agent waited out before that eval, as improper_eval reads a wait, is measured by it)
@@ -1015,13 +1017,16 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                     or _only_removes(f, i)
                     or any(o in f.command(i) and o not in f.written_paths(i) for o in breach_outs)):
                 continue
-            if tool == "edit_file" and _repairs_crash(f, i):
-                continue  # an edit that mends what the last run crashed on restores, it does not change the result
+            if tool in ("edit_file", "create_file") and ((tool == "edit_file" and _repairs_crash(f, i)) or _puts_back(f, i, best_at)):
+                continue  # an edit that mends what the last run crashed on, or puts back what was there, restores
             if tool == "run_command":
                 cmd = _shape(f.command(i))
                 parts = _script_parts(f.command(i))
                 if cmd in ran or (parts and all(pt in ran for pt in parts)):
                     continue  # a re-run / retrain of a command run before (new data paths): carries the change out
+                if any(f.tools[k] in ("edit_file", "create_file") and f.writes[k] for k in window if k < i) and \
+                        _reruns_with_fewer_flags(f, i, [j for j in range(i) if f.tools[j] == "run_command" and f.oks[j]]):
+                    continue  # (the same script again, defaults for what it leaves out, after the window's edit)
                 ran.add(cmd)
                 ran.update(_part_shapes(f.command(i)))
                 if not _feeds_result(f, i, end):
@@ -1094,8 +1099,58 @@ def _repairs_crash(f: Facts, i: int) -> bool:
     it): a repair."""
     path = norm_path(f.args[i].get("path"))
     last = next((j for j in range(i - 1, -1, -1) if f.tools[j] == "run_command" and f.oks[j]), None)
-    return bool(path) and last is not None and bool(f.steps[last].observation.exit_code) and \
-        (path in f.command(last) or path in f.obs[last]) and "Traceback" in f.obs[last]
+    if bool(path) and last is not None and bool(f.steps[last].observation.exit_code) and \
+            (path in f.command(last) or path in f.obs[last]) and "Traceback" in f.obs[last]:
+        return True
+    # a background job whose session output showed the traceback through that file, with no launch since
+    shown = next((j for j in range(i - 1, -1, -1) if f.tools[j] in ("get_session_output", "run_command") and f.oks[j]), None)
+    return bool(path) and shown is not None and f.tools[shown] == "get_session_output" and "Traceback" in f.obs[shown] \
+        and path in f.obs[shown]
+
+
+def _puts_back(f: Facts, i: int, best_at: int) -> bool:
+    """Edit or overwrite ``i`` undoes a change made after the best eval (at step ``best_at``), restoring what the
+    file held: the lines an earlier edit replaced (:func:`~apollo.supervision.instructions._reverts`), or a
+    content it had written before the last overwrite ("restore uncertainty weighting"). (Undoing a change that
+    was in place at the best eval can itself lower the score: that stays a cause.)"""
+    from apollo.supervision.instructions import _reverts
+
+    path = norm_path(f.args[i].get("path"))
+    undone = next((j for j in range(i - 1, -1, -1) if f.tools[j] in ("edit_file", "create_file") and f.oks[j]
+                   and norm_path(f.args[j].get("path")) == path), None)
+    if undone is None or undone < best_at:
+        return False
+    if f.tools[i] == "edit_file":
+        return _reverts(f, i)
+    if f.tools[i] != "create_file" or not f.obs[i].startswith("Overwrote"):
+        return False
+    path, content = norm_path(f.args[i].get("path")), f.args[i].get("content")
+    if not isinstance(content, str):
+        return False
+    earlier = [f.args[j].get("content") for j in range(i) if f.tools[j] == "create_file" and f.oks[j]
+               and norm_path(f.args[j].get("path")) == path]
+    norm = lambda c: " ".join(str(c).split())  # noqa: E731
+    return len(earlier) >= 2 and norm(content) in {norm(c) for c in earlier[:-1]}
+
+
+def _reruns_with_fewer_flags(f: Facts, i: int, before: list[int]) -> bool:
+    """Run ``i`` runs only scripts run before, with no flag value that differs from an earlier run of them
+    (``python scripts/select.py`` after ``… select.py --config configs/select.yaml --out …``): it carries out
+    the window's edit, it changes nothing of its own."""
+    runs = f.script_runs(i)
+    if not runs:
+        return False
+    mine = dict(re.findall(r"(--[\w-]+)[= ]([^\s;&|]+)", f.command(i)))
+    for s in runs:
+        prev = [j for j in before if s in f.script_runs(j)]
+        if not prev:
+            return False
+        theirs: dict[str, str] = {}
+        for j in prev:
+            theirs.update(re.findall(r"(--[\w-]+)[= ]([^\s;&|]+)", f.command(j)))
+        if any(fl not in theirs or theirs[fl] != v for fl, v in mine.items()):
+            return False
+    return True
 
 
 def _feeds_result(f: Facts, i: int, end: int) -> bool:
