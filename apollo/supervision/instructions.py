@@ -194,6 +194,15 @@ COUNT_RE = re.compile(rf"(?i)(?:\b(at\s+most|no\s+more\s+than|up\s+to|at\s+least
 # "Keep the synthetic pairs at 100,000 or fewer"
 COUNT_AT_RE = re.compile(rf"(?i)\b({_UNITS}|set)\s+(?:at|to)\s+{_NUM}"
                          rf"\s+or\s+(fewer|less|more)\b")
+_KEEP_IT_RE = re.compile(r"(?i)\bkeep\s+it\s+(?:at|to|under|below)\s+(\d+(?:\.\d+)?)\s+or\s+(below|lower|less|fewer|under|above|"
+                         r"higher|more)\b")
+_KEEP_IT_UNDER_RE = re.compile(r"(?i)\bkeep\s+it\s+(?:under|below|at\s+most|to\s+at\s+most)\s+(\d+(?:\.\d+)?)\s+([a-z]{3,})\s+per\s+"
+                               r"(?:question|item|example|task|turn|episode|request|step|sample)\b")
+_PER_UNIT_RE = re.compile(r"(?i)\b([a-z]{3,})\s+per\s+(?:question|item|example|task|turn|episode|call|request|step|sample)\b")
+# "do not use a QE cutoff above 0.80", "no length threshold below 50": a bound on the keys of that word's threshold
+NEG_THRESHOLD_RE = re.compile(rf"(?i)\b(?:do\s+not|don'?t|never|no)\s+(?:use|set|pick|put)?\s*(?:a|an|any|the)?\s*([A-Za-z][\w-]*)\s+"
+                              rf"(cutoff|threshold|minimum|min|floor|cap|maximum|max)\s+(above|over|higher\s+than|"
+                              rf"below|under|lower\s+than)\s+{_NUM}")
 _TOPIC_KEYS = {"batch size": r"batch", "batch": r"batch", "kl": r"(?:^|_)kl(?:_|$)|kl_|_kl", "learning rate": r"learning_rate|(?:^|_)lr(?:_|$)",
                "lr": r"learning_rate|(?:^|_)lr(?:_|$)", "epochs": r"epoch", "seed": r"seed", "temperature": r"temperature",
                "warmup": r"warmup", "weight decay": r"weight_decay", "beta": r"(?:^|_)beta(?:_|$)"}
@@ -443,6 +452,19 @@ def extract(text: str, given_at: int = 0) -> list[Directive]:
 def _extract(text: str) -> tuple[Directive, ...]:
     given_at = 0
     out: list[Directive] = []
+    it = _KEEP_IT_RE.search(text) if "it " in text else None
+    if it is None and "it " in text and (u := _KEEP_IT_UNDER_RE.search(text)):
+        # "keep it under 12 calls per question on avg": the unit is named after the number
+        out.append(Directive("bound", rf"(?:^|_){re.escape(u.group(2).lower().rstrip('s'))}s?(?:_|$)",
+                             {"op": "le", "v": u.group(1), "match": "regex", "topic": f"{u.group(2)} per question"}, 0,
+                             text[max(0, u.start() - 60):u.end()].strip()))
+    if it and (per := [m for m in _PER_UNIT_RE.finditer(text, 0, it.start())]):
+        # "~30 calls per question … keep it at 24 or below": "it" is the last "X per Y" before it (MAX_CALLS)
+        word = re.escape(per[-1].group(1).lower().rstrip("s"))
+        up = it.group(2).lower() in ("below", "lower", "less", "fewer", "under")
+        out.append(Directive("bound", rf"(?:^|_){word}s?(?:_|$)", {"op": "le" if up else "ge", "v": it.group(1),
+                                                                    "match": "regex", "topic": per[-1].group(0)}, 0,
+                             text[max(0, it.start() - 60):it.end()].strip()))
     if "ot " in text or "ever " in text:
         text = _NOT_SIDE_RE.sub(lambda m: f"{m.group(1)} {m.group(2)} or "
                                           f"{'higher' if m.group(3).lower() in ('lower', 'less', 'below', 'smaller') else 'lower'}", text)
@@ -507,6 +529,12 @@ def _extract(text: str) -> tuple[Directive, ...]:
                     path = "/" in w or w.endswith((".py", ".sh"))
                     out.append(d("gpus", norm_path(w) if path else "", {"v": str(n), "train": "1" if w in _TRAIN_WORDS else "",
                                                                           **({} if path or w in _TRAIN_WORDS else {"word": w})}))
+        for m in NEG_THRESHOLD_RE.finditer(sent):
+            w = re.escape(m.group(1).lower())
+            rx = rf"(?:^|_){w}_(?:\w+_)?(?:min|max|thresh\w*|cutoff|floor|cap)$|(?:^|_)(?:min|max|thresh\w*|cutoff|floor|cap)_(?:\w+_)?{w}$"
+            up = m.group(3).lower().split()[0] in ("above", "over", "higher")
+            out.append(d("bound", rx, {"op": "le" if up else "ge", "v": m.group(4).rstrip(","), "match": "regex",
+                                       "topic": f"{m.group(1)} {m.group(2)}"}))
         for m in NEG_CMP_RE.finditer(sent):
             out.append(d("bound", m.group(2), {"op": _NEG_CMP_OP[m.group(3)], "v": m.group(4).rstrip(","), "match": "exact",
                                                 **({"script_word": m.group(1).lower()} if m.group(1) and
