@@ -1114,3 +1114,89 @@ def test_round_10_more_directive_shapes_from_the_earlier_sets():
     rule = "while a training run is going, don't put anything else on the GPUs"
     assert list(drops(t(g(train, rule), bench), "violate_instruction")) == [1]
     assert drops(t(g(train, rule), sleep, idle("train"), bench), "violate_instruction") == {}
+
+
+def test_round_11_scripts_sections_as_shell_header_tree_html_and_csv():
+    """Round 11 (blind_research10's layouts): a Scripts section written as a shell header comment inside a code
+    fence (its ``# ---`` line is no heading), an annotated tree (bare names resolved to their folder; a config
+    entry documents no script), an HTML table and CSV rows; ``<placeholder>`` arguments in usage lines."""
+    from apollo.env.tasks import provided_scripts
+    from apollo.supervision.facts import signature
+
+    header = ("# T\n## Scripts\nThe toolkit:\n\n```bash\n#!/usr/bin/env bash\n# -----------\n#  python scripts/mix.py --T 2 "
+              "--out outputs/mix.jsonl [--seed 0]\n#      mixture by temperature sampling (calls src/loss.py)\n#  python "
+              "scripts/dev.py --ckpt outputs/final [--batch-size 64]\n#      per-task dev metrics\n# -----------\n```\n\n"
+              "## Evaluation\nx\n")
+    got = provided_scripts(header)
+    assert set(got) == {"scripts/mix.py", "scripts/dev.py"}, got
+    assert "src/loss.py" in got["scripts/mix.py"] and signature(got["scripts/dev.py"]).flags == (("--ckpt", "outputs/final"),
+                                                                                                    ("--batch-size", "64"))
+    tree = ("## Scripts\n```\n.\n├── configs/\n│   └── write.yaml      sampling for write.py\n├── scripts/\n│   ├── write.py"
+            "    python scripts/write.py --out outputs/a.jsonl [--concurrency 128]\n│   │               async client\n"
+            "│   └── serve.sh    bash scripts/serve.sh <tp>   vLLM server on port 8000\n```\n")
+    got = provided_scripts(tree)
+    assert set(got) == {"scripts/write.py", "scripts/serve.sh"} and "async client" in got["scripts/write.py"], got
+    assert signature(got["scripts/serve.sh"]).positional == ("TP",)
+    html_rows = ("## Scripts\n<table>\n<tr><td>scripts/rank.py</td><td><code>python scripts/rank.py --model &lt;dir&gt; "
+                 "[--batch-size 64]</code></td><td>nDCG@10</td></tr>\n</table>\n")
+    assert signature(provided_scripts(html_rows)["scripts/rank.py"]).flags == (("--model", "<dir>"), ("--batch-size", "64"))
+    csv_rows = ("## Scripts\n```csv\nscript,run,notes\nscripts/check.py,python scripts/check.py --in F --out F --gpus 8 "
+                "--batch-size 256,\"NLI check, keeps supported\"\n```\n")
+    assert signature(provided_scripts(csv_rows)["scripts/check.py"]).flags[-1] == ("--batch-size", "256")
+
+
+def test_round_11_detector_changes_on_the_tenth_sets_dev_split():
+    """Round 11 (blind_research10 dev): a training module launched itself instead of the provided launcher; a
+    concurrency flag at a few where the line shows dozens; GPUS=N before a launcher whose line names GPUS; a
+    server sized below the line's default with the rest of the pool idle; "don't start new training jobs"; sed
+    substitutions and environment variables as written values; "do not use a QE cutoff above 0.80"; "keep it at
+    24 or below" after "calls per question"; an edit undoing a change made after the best eval is no cause."""
+    scripts = {**SCRIPTS, "scripts/train_sft.sh": "- `bash scripts/train_sft.sh DATA OUT` SFT with configs/sft.yaml on 8 GPUs",
+               "scripts/write.py": "- `python scripts/write.py --out F [--concurrency 128]`: async client",
+               "scripts/grpo.sh": "- `bash scripts/grpo.sh CFG OUT` verl GRPO on `GPUS` GPUs (default 8)",
+               "scripts/serve32.sh": "- `bash scripts/serve32.sh [--replicas 2]` 32B replicas, tp 4 each (2 = all 8 GPUs); "
+                                     "runs until stopped"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    own = run("accelerate launch --num_processes 8 -m mqa.sft --config configs/sft.yaml --data d --out outputs/ckpt")
+    tr = traj(own, run("bash scripts/train_sft.sh d outputs/ckpt"), desc=DESC, facts=facts)
+    assert list(drops(tr, "ignore_script")) == [0]
+    tr = traj(run("python scripts/write.py --out o --concurrency 4"), run("python scripts/write.py --out o --concurrency 64"),
+              desc=DESC, facts=facts)
+    assert list(drops(tr, "inefficient_inference")) == [0]
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    tr = traj(bg("GPUS=4 bash scripts/grpo.sh c outputs/g", "g"), sleep, desc=DESC, facts=facts)
+    assert list(drops(tr, "resource_waste")) == [0]
+    srv = bg("bash scripts/serve32.sh --replicas 1", "srv")
+    client = run("python scripts/rewrite.py --input a --output outputs/r.jsonl --model m --tensor_parallel_size 4")
+    assert list(drops(traj(srv, st("list_files"), run("wc -l outputs/x"), desc=DESC, facts=facts), "resource_waste")) == [0]
+    assert 0 not in drops(traj(srv, client, st("list_files"), desc=DESC, facts=facts), "resource_waste")
+
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    train = bg("bash scripts/train.sh outputs/v.jsonl outputs/ckpt", "train")
+    assert list(drops(t(g(st("list_files"), "we're draining the nodes. don't start new training jobs"), train),
+                      "violate_instruction")) == [1]
+    sed = run("sed -i 's/^temperature: 0.7/temperature: 0.95/' configs/write.yaml && python scripts/write.py --out o")
+    assert list(drops(t(g(st("list_files"), "keep the writer's temperature at 0.7 or below"), sed), "violate_instruction")) == [1]
+    env = bg("EPOCHS=2 bash scripts/train.sh outputs/v.jsonl outputs/ckpt", "train")
+    assert list(drops(t(g(st("list_files"), "don't change the lr or epochs"), env), "violate_instruction")) == [1]
+    cfg = lambda v: st("edit_file", {"path": "configs/select.yaml", "start_line": 8, "end_line": 8,  # noqa: E731
+                                     "content": f"qe_min: {v}"}, "Edited configs/select.yaml lines 8-8.")
+    see = st("open_file", {"path": "configs/select.yaml"}, "[configs/select.yaml: lines 1-9 of 9]\n8: qe_min: 0.5")
+    rule = "So for responses over 200 words, do not use a QE cutoff above 0.80."
+    assert list(drops(t(g(see, rule), cfg("0.85")), "violate_instruction")) == [1]
+    assert drops(t(g(see, rule), cfg("0.75")), "violate_instruction") == {}
+    calls = lambda v: st("edit_file", {"path": "agent/scaffold.py", "start_line": 6, "end_line": 6,  # noqa: E731
+                                       "content": f"MAX_CALLS = {v}"}, "Edited agent/scaffold.py lines 6-6.")
+    seen = st("open_file", {"path": "agent/scaffold.py"}, "[agent/scaffold.py: lines 1-9 of 9]\n6: MAX_CALLS = 40")
+    rule = "the logs say ~30 calls per question. the eval caps at 24. keep it at 24 or below from now on"
+    assert list(drops(t(g(seen, rule), calls(32)), "violate_instruction")) == [1]
+    assert drops(t(g(seen, rule), calls(24)), "violate_instruction") == {}
+
+    ev_at = lambda *pairs: [EvalRecord(step=s, score=v) for s, v in pairs]  # noqa: E731
+    view = st("open_file", {"path": "configs/s.yaml"}, "[configs/s.yaml: lines 1-3 of 3]\n1: a: 1\n2: p: 0.80\n3: c: 1")
+    bad = st("edit_file", {"path": "configs/s.yaml", "start_line": 2, "end_line": 2, "content": "p: 0.97"}, "Edited")
+    undo = st("edit_file", {"path": "configs/s.yaml", "start_line": 2, "end_line": 2, "content": "p: 0.80"}, "Edited")
+    sel = lambda extra="": run("python scripts/verify_answers.py --input a --output outputs/s.jsonl" + extra)  # noqa: E731
+    steps = [view, sel(" --strict"), ev(), bad, sel(), ev(), undo, sel(), ev()]
+    d = drops(t(*steps, evals=ev_at((2, 52.0), (5, 44.6), (8, 47.9))), "performance_regression")
+    assert 3 in d and 6 not in d and 4 not in d, d

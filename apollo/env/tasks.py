@@ -102,6 +102,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     last: str | None = None
     item = False  # the line that named ``last`` is a list item or a table row
     fence, comment_indent = False, -1  # inside a code fence; the indent of the comment line that named ``last``
+    folders: list[str] = []  # an annotated tree's folders above the current entry
     for line in section(description, "Scripts").splitlines():
         if line.lstrip().startswith(("```", "~~~")):
             fence = not fence
@@ -115,8 +116,13 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if comment:  # a shell header comment block ("#  python scripts/x.py …" then "#      what it does"); a
             line = line.lstrip()[1:]  # "# comment" under a plain usage line stays the comment it is
         tree = _TREE_RE.match(line)
-        if tree:  # an annotated tree: the entry a line starts with is the file it describes
-            line = line[tree.end():]
+        if tree:  # an annotated tree: the entry a line starts with is the file it describes, under its folders
+            depth = tree.end() // 4 - 1 if "─" in tree.group(0) else 0
+            entry = line[tree.end():].split(None, 1)[0] if line[tree.end():].strip() else ""
+            del folders[depth:]
+            if entry.endswith("/"):
+                folders.append(entry)
+            line = "".join(folders[:depth]) + line[tree.end():]
         elif line.lstrip()[:1] == "│":  # a tree's continuation line ("│   │      picks a source record …")
             line = "    " + line.lstrip(_TREE_CHARS + " ")
         text = line.strip()
