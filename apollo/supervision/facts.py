@@ -144,10 +144,17 @@ INLINE_PY_RE = re.compile(r"""\bpython3?\s+-c\s+(?:"((?:[^"\\]|\\.)*)"|'([^']*)'
 
 @lru_cache(maxsize=16384)
 def inline_programs(cmd: str) -> tuple[str, ...]:
-    """The programs of a command's ``python -c`` one-liners (escaped double quotes undone)."""
-    if "-c" not in cmd:
-        return ()
-    return tuple(m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2) for m in INLINE_PY_RE.finditer(cmd))
+    """The programs of a command's ``python -c`` one-liners (escaped double quotes undone) and of its
+    ``python - <<'EOF' … EOF`` here-documents."""
+    out: tuple[str, ...] = ()
+    if "-c" in cmd:
+        out = tuple(m.group(1).replace('\\"', '"') if m.group(1) is not None else m.group(2) for m in INLINE_PY_RE.finditer(cmd))
+    if "<<" in cmd:
+        out += tuple(m.group(2) for m in _PY_HEREDOC_RE.finditer(cmd))
+    return out
+
+
+_PY_HEREDOC_RE = re.compile(r"\bpython3?\s+-\s*<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\1\b", re.DOTALL)
 REDIRECT_RE = re.compile(r"(?<![0-9&<>])(?:[12]?>>?|&>)\s*(?!&|/dev/null)([^\s;&|<>()]+)")
 WRITE_CMD_RE = Gated.derive(re.compile(
     r"(?:^|[\s;&|(])(?:cp|mv|rm|touch|tee|ln|truncate|dd|rsync|unzip|tar\s+-?x\w*|patch|"
