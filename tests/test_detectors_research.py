@@ -1200,3 +1200,22 @@ def test_round_11_detector_changes_on_the_tenth_sets_dev_split():
     steps = [view, sel(" --strict"), ev(), bad, sel(), ev(), undo, sel(), ev()]
     d = drops(t(*steps, evals=ev_at((2, 52.0), (5, 44.6), (8, 47.9))), "performance_regression")
     assert 3 in d and 6 not in d and 4 not in d, d
+
+
+def test_round_11_a_heredoc_program_and_a_one_liner_scoring_a_runs_folder_are_own_versions():
+    """A ``python - <<'EOF'`` here-document that writes the provided script's output file, and a one-liner that
+    reads a run under the folder a scorer's line names with a placeholder (``outputs/dev/NAME``) and prints a
+    score, redo the provided scripts (blind_research10 dev)."""
+    from apollo.supervision.facts import inline_programs
+
+    scripts = {**SCRIPTS, "scripts/mine.py": "- `python scripts/mine.py --queries F --out outputs/train_pairs.jsonl [--n-neg 7]`: "
+                                             "BM25 hard negatives",
+               "scripts/score_dev.py": "- `python scripts/score_dev.py outputs/dev/NAME [--by-category]` (answer F1, evidence IoU)"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    here = ("python - <<'EOF'\nimport json, random\nqs = [json.loads(l) for l in open('outputs/q.jsonl')]\n"
+            "with open('outputs/train_pairs.jsonl', 'w') as f:\n    for q in qs: f.write(json.dumps(q) + '\\n')\nEOF")
+    assert inline_programs(here)[0].startswith("import json, random")
+    one = ("python -c \"import json; R=[json.loads(l) for l in open('outputs/dev/v1/answers.jsonl')]; "
+           "print(f'exact {sum(r[\\'ok\\'] for r in R)/len(R):.3f}')\"")
+    tr = traj(run(here), run(one), run("python -c \"print(open('outputs/dev/v1/log.txt').read()[:100])\""), desc=DESC, facts=facts)
+    assert sorted(drops(tr, "ignore_script")) == [0, 1]

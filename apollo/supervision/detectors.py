@@ -252,6 +252,16 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
 _MODULE_LAUNCH_RE = re.compile(r"(?:\btorchrun\b|\bdeepspeed\b|\baccelerate\s+launch\b|\bpython3?)\b[^;&|]*?\s-m\s+([\w.]+)")
 
 
+_PRINTS_SCORE_RE = re.compile(r"print\([^)]*(?:/\s*len\(|\bmean\(|:\.\d+f|accuracy|score|f1|\bexact\b)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=4096)
+def _placeholder_dirs(doc: str) -> tuple[re.Pattern[str], ...]:
+    """The folders a script's line names with an upper-case placeholder (``outputs/dev/NAME``) as patterns of
+    the paths under one such folder."""
+    return tuple(re.compile(re.escape(m.group(1)) + r"[^/\s]+/") for m in re.finditer(r"((?:[\w.-]+/)+)(?:NAME|DIR|RUN|ID)\b", doc))
+
+
 def _module_launch_of(f: Facts, i: int) -> tuple[str, str] | None:
     """(module, provided launcher) where run ``i`` launches a training module itself (``accelerate launch -m
     mqa.sft --config configs/sft.yaml …``, ``torchrun -m nbtools.cpt …``) that a provided launcher script runs:
@@ -423,6 +433,10 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
                 return s  # (a file named for a trainer is its data: train_longctx.sh / longctx_train.jsonl)
             # it reads, and works through, the input file the script's line names (data/probe_rewrites.jsonl)
             if works and any(r in doc for r in reads if "/" in r):
+                return s
+            # it reads a run's file under the folder the line names with a placeholder (`score_dev.py outputs/dev/NAME`
+            # and a one-liner over outputs/dev/chunks_v1/answers.jsonl) and prints a score
+            if reads and _PRINTS_SCORE_RE.search(content) and any(rx.match(r) for rx in _placeholder_dirs(doc) for r in reads):
                 return s
             sig = _option_words(f, s)
             if len(sig) >= 3 and writes:
