@@ -840,7 +840,7 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     """A provided script run with its batch or concurrency flag at 1 where its usage line shows a larger default
     (``ppl_filter.py [--bs 8]`` run with ``--bs 1``, ``run_dev.py [--concurrency 24]`` with ``--concurrency 1``)."""
     cmd = f.command(i)
-    if not _SMALL_ARG_RE.search(cmd):
+    if ("1" not in cmd and "2" not in cmd and "3" not in cmd and "4" not in cmd) or not _SMALL_ARG_RE.search(cmd):
         return None
     for s in f.script_runs(i):
         doc = f.script_docs.get(s)
@@ -1322,7 +1322,7 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     if m:
         return True, len([d for d in m.group(1).split(",") if d.strip()])
     counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
-    env = _GPU_ENV_RE.search(cmd)  # `GPUS=4 bash scripts/run_grpo.sh …` (the line: "on `GPUS` GPUs (default 8)")
+    env = _GPU_ENV_RE.search(cmd) if "=" in cmd else None  # `GPUS=4 bash scripts/run_grpo.sh …` ("on `GPUS` GPUs")
     if env and any(re.search(rf"\b{env.group(1)}\b", f.script_docs.get(s, "")) for s in f.script_runs(i)):
         counts.append(int(env.group(2)))
     tp, dp = _TP_ARG_RE.findall(cmd), _DP_ARG_RE.findall(cmd)
