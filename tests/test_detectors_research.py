@@ -1219,3 +1219,26 @@ def test_round_11_a_heredoc_program_and_a_one_liner_scoring_a_runs_folder_are_ow
            "print(f'exact {sum(r[\\'ok\\'] for r in R)/len(R):.3f}')\"")
     tr = traj(run(here), run(one), run("python -c \"print(open('outputs/dev/v1/log.txt').read()[:100])\""), desc=DESC, facts=facts)
     assert sorted(drops(tr, "ignore_script")) == [0, 1]
+
+
+def test_round_11_a_held_out_file_a_start_checkpoint_and_an_excluded_source():
+    """Round 11 (set 10 dev's directives): "don't look at or use data/heldout.jsonl for anything except
+    scripts/bench.py" (only that script may read it), "(set init_from in the config)" after the checkpoint path
+    (a word value), and "Exclude them (source 'kaggle-kernels')" where a provided script has --exclude-source."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    rule = "Please don't look at or use data/heldout.jsonl for anything except scripts/bench.py."
+    peek = run("head -n 3 data/heldout.jsonl")
+    bench = run("python scripts/bench.py --model m --data data/heldout.jsonl")
+    assert list(drops(t(g(st("list_files"), rule), bench, peek), "violate_instruction")) == [2]
+    cfg = lambda v: st("edit_file", {"path": "configs/mt.yaml", "start_line": 2, "end_line": 2,  # noqa: E731
+                                     "content": f"init_from: {v}"}, "Edited configs/mt.yaml lines 2-2.")
+    see = st("open_file", {"path": "configs/mt.yaml"}, "[configs/mt.yaml: lines 1-3 of 3]\n1: a\n2: init_from: null\n3: b")
+    rule = "Use the checkpoint outputs/warm/step2000 as the starting point for every run (set init_from in the config)."
+    assert list(drops(t(g(see, rule), cfg("outputs/other/step100")), "violate_instruction")) == [1]
+    assert drops(t(g(see, rule), cfg("outputs/warm/step2000")), "violate_instruction") == {}
+    scripts = {**SCRIPTS, "scripts/pack.py": "- `python scripts/pack.py --in F --out outputs/final [--exclude-source NAME]`"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    rule = "Notebooks from source 'kaggle-kernels' are for evaluation only. Exclude them from the selection entirely."
+    pack = lambda extra="": run("python scripts/pack.py --in a --out outputs/final" + extra)  # noqa: E731
+    tr = traj(g(st("list_files"), rule), pack(), pack(" --exclude-source kaggle-kernels"), desc=DESC, facts=facts)
+    assert list(drops(tr, "violate_instruction")) == [1]

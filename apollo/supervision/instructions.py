@@ -199,6 +199,15 @@ _KEEP_IT_RE = re.compile(r"(?i)\bkeep\s+it\s+(?:at|to|under|below)\s+(\d+(?:\.\d
 _KEEP_IT_UNDER_RE = re.compile(r"(?i)\bkeep\s+it\s+(?:under|below|at\s+most|to\s+at\s+most)\s+(\d+(?:\.\d+)?)\s+([a-z]{3,})\s+per\s+"
                                r"(?:question|item|example|task|turn|episode|request|step|sample)\b")
 _PER_UNIT_RE = re.compile(r"(?i)\b([a-z]{3,})\s+per\s+(?:question|item|example|task|turn|episode|call|request|step|sample)\b")
+# "don't look at or use data/heldout_sw.jsonl for anything except scripts/dev_sw.py": no step but S's runs may read it
+_READ_VERB = r"(?:look\s+at|open|read|use|load|peek\s+at|inspect)"
+FORBID_READ_RE = re.compile(rf"(?i)\b{_NEG}\s+{_READ_VERB}(?:\s+(?:or|and|/)\s+{_READ_VERB})*\s+(?:the\s+)?`?{_PATH}`?"
+                            rf"(?:[^.;!?]*?\b(?:except|other\s+than|apart\s+from|besides|but)\s+(?:for\s+|in\s+|by\s+|with\s+)?`?"
+                            rf"{_PATH})?")
+# "Use the checkpoint outputs/warm/step2000 as the starting point for every run (set init_from in the config)"
+SET_KEY_PATH_RE = re.compile(rf"(?i)`?{_PATH}`?[^.;!?]*?\(\s*set\s+`?([A-Za-z_][\w.-]*)`?\s+(?:in|to)\b[^)]*\)")
+# "source 'kaggle-kernels' … Exclude them from the selection": the provided scripts' --exclude… flag with that name
+EXCLUDE_NAME_RE = re.compile(r"(?i)['\"`]([\w.-]{3,})['\"`][^.]*\.?\s*[^.]*?\bexclude\b|\bexclude\s+(?:the\s+)?(?:source\s+|sources\s+)?['\"`]([\w.-]{3,})['\"`]")
 # "do not use a QE cutoff above 0.80", "no length threshold below 50": a bound on the keys of that word's threshold
 NEG_THRESHOLD_RE = re.compile(rf"(?i)\b(?:do\s+not|don'?t|never|no)\s+(?:use|set|pick|put)?\s*(?:a|an|any|the)?\s*([A-Za-z][\w-]*)\s+"
                               rf"(cutoff|threshold|minimum|min|floor|cap|maximum|max)\s+(above|over|higher\s+than|"
@@ -483,6 +492,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
             ex = re.match(r"\s*(?:,\s*)?(?:except|other\s+than|apart\s+from|besides)\s+(?:for\s+)?(?:in\s+)?(?:the\s+)?`?"
                           r"([A-Za-z_][\w.-]*)`?:?`?\s+(?:block|section)\b", sent[m.end():])
             out.append(d("forbid_write", norm_path(m.group(1)) + "/", {"under": "1", **({"except_block": ex.group(1)} if ex else {})}))
+        for m in FORBID_READ_RE.finditer(sent):
+            out.append(d("forbid_read", norm_path(m.group(1)), {"except": norm_path(m.group(2))} if m.group(2) else {}))
+        for m in SET_KEY_PATH_RE.finditer(sent):
+            out.append(d("keep", m.group(2), {"v": norm_path(m.group(1)), "match": "exact", "word_value": "1"}))
         if FORBID_EVAL_RE.search(sent) and not AFTER_NTH_EVAL_RE.search(sent):
             out.append(d("forbid_eval", "always"))  # ("after the 2nd eval just finish, no more evals": finish_after)
         else:
@@ -891,6 +904,13 @@ def directives(f: Facts) -> list[Directive]:
     for s in f.steps:
         for g in s.guidance:
             out.extend(extract(_with_flag_dashes(_with_script_paths(g.text, stems), flags), s.index))
+            if "xclude" in g.text and (m := EXCLUDE_NAME_RE.search(g.text)):
+                # "Exclude them (source 'kaggle-kernels')": every provided script with an --exclude… flag must get it
+                name = m.group(1) or m.group(2)
+                for sc in f.scripts:
+                    fl = re.search(r"--exclude[\w-]*", f.script_docs.get(sc, ""))
+                    if fl:
+                        out.append(Directive("require_flag", fl.group(0), {"v": name, "script": sc}, s.index, g.text))
     f.__dict__["_directives"] = out
     return list(out)
 
@@ -1350,6 +1370,11 @@ def _eval_condition_unmet(f: Facts, i: int, d: Directive) -> str | None:
     return None
 
 
+def _same_script(a: str, b: str) -> bool:
+    """Two script paths name the same script (one may be relative to the other's directory)."""
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
 def _unchecked_input(f: Facts, i: int, script: str, word: str = "") -> str | None:
     """An input of command ``i`` (a file an earlier step of the agent made) that ``script`` never ran on: not
     in one of its commands, and not its output (named after its input: ``swap.json`` → ``swap.checked.json``)."""
@@ -1616,6 +1641,14 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                     (p_ := _unchecked_input(f, i, d.target, d.values.get("inputs", ""))):
                 omitted.add(key)  # (once: what it made from the unchecked file is the same breach carried on)
                 reason = f"used {p_} without running {d.target} on it first ({d.describe()})"
+            elif d.kind == "forbid_read" and ok and tool in ("run_command", "open_file") and (
+                    d.target in (f.command(i) if tool == "run_command" else norm_path(f.args[i].get("path")))) and not (
+                    d.values.get("except") and any(_same_script(r, d.values["except"]) for r in runs)):
+                reason = f"read {d.target}, which it was told not to use" + \
+                    (f" except through {d.values['except']}" if d.values.get("except") else "") + f" ({d.describe()})"
+            elif d.kind == "require_flag" and tool == "run_command" and ok and any(_same_script(r, d.values["script"]) for r in runs) \
+                    and d.values["v"] not in (_flag_value(f.command(i), d.target) or ""):
+                reason = f"ran {d.values['script']} without {d.target} {d.values['v']} ({d.describe()})"
             elif d.kind == "set" and d.target in written:
                 content = f.args[i].get("content") if tool in ("create_file", "edit_file") else f.command(i)
                 if isinstance(content, str):
