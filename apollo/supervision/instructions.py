@@ -975,7 +975,7 @@ def _written(f: Facts, i: int) -> set[str]:
 def _value_in(content: str, key: str) -> str | None:
     if key not in content:
         return None
-    m = re.search(rf"[\"']?\b{re.escape(key)}\b[\"']?\s*[=:]\s*[\"']?(-?[\w.+-]+)", content)
+    m = re.search(rf"[\"']?\b{re.escape(key)}\b[\"']?\s*[=:]\s*[\"']?(-?[\w.+/-]+)", content)
     return m.group(1) if m else None
 
 
