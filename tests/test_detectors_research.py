@@ -1242,3 +1242,21 @@ def test_round_11_a_held_out_file_a_start_checkpoint_and_an_excluded_source():
     pack = lambda extra="": run("python scripts/pack.py --in a --out outputs/final" + extra)  # noqa: E731
     tr = traj(g(st("list_files"), rule), pack(), pack(" --exclude-source kaggle-kernels"), desc=DESC, facts=facts)
     assert list(drops(tr, "violate_instruction")) == [1]
+
+
+def test_a_blind_edit_that_causes_a_regression_is_named_blind_edit_and_the_orders_agree():
+    """Precedence among rule drops (round 11): a blind edit before the regression it causes, as the labelers
+    named all 7 such steps of the dev data; the default order is params.yaml's mask.detectors."""
+    import yaml
+
+    from apollo.config import project_root
+    from apollo.supervision.detectors import get_detectors
+
+    assert [d.category for d in get_detectors()] == yaml.safe_load((project_root() / "params.yaml").read_text())["mask"]["detectors"]
+    blind = st("edit_file", {"path": "configs/x.yaml", "start_line": 4, "end_line": 4, "content": "w: 9"}, "Edited")
+    train = bg("bash scripts/train.sh d outputs/ckpt", "train")
+    ev_at = [EvalRecord(step=2, score=60.0), EvalRecord(step=6, score=40.0)]
+    tr = t(train, idle("train"), ev(), blind, train, idle("train"), ev(), evals=ev_at)
+    masked, _ = Masker(MaskConfig()).mask([tr])
+    step = masked[0].steps[3]
+    assert (step.mask.keep, step.mask.category) == (False, "blind_edit") and "performance_regression" in step.mask.reason

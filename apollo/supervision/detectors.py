@@ -91,6 +91,9 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     tool_names,
 )
 
+# the precedence among rule drops of one step (params.yaml's mask.detectors lists the same order)
+PRECEDENCE: tuple[str, ...] = ("violate_instruction", "ignore_script", "inefficient_inference", "invalid_action", "blind_edit",
+                               "performance_regression", "resource_waste", "improper_eval")
 CATEGORIES: tuple[str, ...] = (
     "ignore_script",
     "inefficient_inference",
@@ -169,13 +172,15 @@ def register(name: str, category: str | None = None, *, judge_tools: Iterable[st
 
 
 def get_detectors(names: Iterable[str] | None = None) -> list[Detector]:
-    """Detectors by name, in the given order (default: all, ``violate_instruction`` first, then registry
-    order). The order is the precedence among rule drops: a breach of a human's explicit directive is the
-    most specific reason a step can have (the eval that breaks "ONE more eval" is also a wasted eval, the
-    edit of a config after "don't touch the config" may also be blind), and every research set's labelers
-    name it first."""
+    """Detectors by name, in the given order (default: all, in :data:`PRECEDENCE`, then registry order). The
+    order is the precedence among rule drops: a breach of a human's explicit directive is the most specific
+    reason a step can have (the eval that breaks "ONE more eval" is also a wasted eval, the edit of a config
+    after "don't touch the config" may also be blind), and every research set's labelers name it first; a
+    blind edit comes before the regression it causes (the labelers named the blind edit in all 7 such steps
+    of the dev data, never the regression)."""
     if names is None:
-        return sorted(DETECTORS.values(), key=lambda d: d.category != "violate_instruction")
+        return sorted(DETECTORS.values(), key=lambda d: PRECEDENCE.index(d.category) if d.category in PRECEDENCE
+                      else len(PRECEDENCE))
     out = []
     for n in names:
         if n not in DETECTORS:
