@@ -390,3 +390,16 @@ def test_every_json_parse_error_is_an_invalid_action_by_the_malformed_tool_call_
         assert (rule.id, rule.category) == (rule_id, "invalid_action"), action.parse_error
         assert is_json_error(action.parse_error) == (rule_id == "malformed_tool_call")
     assert [bad_json.parse_error.startswith(JSON_ERRORS[0]), bad_args.parse_error.startswith(JSON_ERRORS[1])] == [True, True]
+
+
+def test_a_rule_breach_or_serial_inference_names_a_step_before_its_symbolic_error():
+    """A detector's violate_instruction / inefficient_inference is the category of a step that also raised a
+    runtime error or was refused (the labelers name the breach); an LLM judge's finding does not outrank."""
+    err = Finding(0, "runtime_error", "symbolic", False, "Traceback", "runtime_error")
+    d = combine([err, Finding(0, "inefficient_inference", "rule", False, "one sample at a time")])
+    assert (d.source, d.category) == ("rule", "inefficient_inference") and "also: runtime_error (symbolic)" in d.reason
+    d = combine([Finding(0, "refused_action", "symbolic", False, "Refused: pkill"),
+                 Finding(0, "violate_instruction", "rule", False, "told not to kill the server")])
+    assert d.category == "violate_instruction"
+    d = combine([err, Finding(0, "resource_waste", "rule", False, "idle GPUs")])
+    assert d.category == "runtime_error"  # (other rule categories: the symbolic evidence first)

@@ -7,6 +7,9 @@ Precedence (documented in the README section "Action masks"):
 2. **Among drops, the most objective source wins:** ``symbolic`` (the environment's own evidence:
    errors, refusals, invalid calls) > ``rule`` (a detector over the trajectory) > ``llm`` (the
    judge). Within a source, rules in file order and detectors in ``mask.detectors`` order decide.
+   One exception: a detector's ``violate_instruction`` or ``inefficient_inference`` names a step
+   before a symbolic ``runtime_error``, ``refused_action`` or ``explicit_failure`` of it (a breach or a
+   serial job that also crashed or was refused: every research set's labelers name the breach).
    The decision's ``category``/``reason`` are the winner's; the reason lists the other categories
    that also fired (``also: …``).
 3. **The judge is asked only about steps still kept** after symbolic rules and detectors (a drop
@@ -96,6 +99,10 @@ _NOTHING = {True: _SharedDecision(keep=True, source="rule", reason="no symbolic 
             False: _SharedDecision(keep=True, source="symbolic", reason="no symbolic rule matched")}
 
 
+_OUTRANKED = frozenset({"runtime_error", "refused_action", "explicit_failure"})
+_OUTRANKING = ("violate_instruction", "inefficient_inference")
+
+
 def combine(findings: list[Finding], order: dict[str, int] | None = None, has_rules: bool = True) -> MaskDecision:
     """One decision from all findings of a step (see the module docstring for the precedence)."""
     if not findings:  # most steps: nothing fired (one shared, frozen decision)
@@ -106,6 +113,11 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
     if drops:
         drops.sort(key=lambda f: (SOURCE_ORDER.get(f.source, 9), order.get(f.category, 99)))
         w = drops[0]
+        if w.category in _OUTRANKED and len(drops) > 1:
+            # a directive's breach, or serial inference, names a step better than the error it also raised or the
+            # refusal it got (the labelers of every research set named them first: 10 such steps of the dev data)
+            w = next((f for f in drops if f.category in _OUTRANKING and f.source == "rule"), w)
+            drops = [w] + [f for f in drops if f is not w]
         others = list(dict.fromkeys(f"{f.category} ({f.source})" for f in drops[1:] if f.category != w.category))
         reason = w.reason + (f" (also: {', '.join(others)})" if others else "")
         # (model_construct: the fields come from findings already typed; pydantic would validate them again
