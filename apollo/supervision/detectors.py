@@ -86,6 +86,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     TaskInfo,
     is_false,
     norm_path,
+    same_script,
     short,
     signature,
     tool_names,
@@ -573,11 +574,6 @@ def _code_words(content: str) -> set[str]:
 
 def _prefixed(sig: set[str], words: set[str]) -> set[str]:
     return {w for w in sig if w in words or any(_prefix_match(w, c) for c in words if len(c) >= 4)}
-
-
-def same_script(a: str, b: str) -> bool:
-    """Two script paths name the same script (one may be relative to the other's directory)."""
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
 
 
 def _told_to_use(f: Facts, i: int, script: str) -> bool:

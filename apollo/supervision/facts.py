@@ -551,6 +551,11 @@ def _command_seen_lines(cmd: str) -> dict[str, frozenset[int] | None]:
     return {p: lines for p in _command_views(cmd)}
 
 
+def same_script(a: str, b: str) -> bool:
+    """Two script paths name the same script (one may be relative to the other's directory)."""
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
 def norm_path(p: Any) -> str:
     return _norm_str(p) if isinstance(p, str) else ""
 

@@ -93,7 +93,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from apollo.supervision.facts import CP_RE, SED_I_RE, TOKEN_SPLIT_RE, Facts, is_false, norm_path, per_step, script_args, short, signature
+from apollo.supervision.facts import (CP_RE, SED_I_RE, TOKEN_SPLIT_RE, Facts, is_false, norm_path, per_step, same_script,
+                                      script_args, short, signature)
 
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
@@ -1370,11 +1371,6 @@ def _eval_condition_unmet(f: Facts, i: int, d: Directive) -> str | None:
     return None
 
 
-def _same_script(a: str, b: str) -> bool:
-    """Two script paths name the same script (one may be relative to the other's directory)."""
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
-
-
 def _unchecked_input(f: Facts, i: int, script: str, word: str = "") -> str | None:
     """An input of command ``i`` (a file an earlier step of the agent made) that ``script`` never ran on: not
     in one of its commands, and not its output (named after its input: ``swap.json`` → ``swap.checked.json``)."""
@@ -1643,10 +1639,10 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                 reason = f"used {p_} without running {d.target} on it first ({d.describe()})"
             elif d.kind == "forbid_read" and ok and tool in ("run_command", "open_file") and (
                     d.target in (f.command(i) if tool == "run_command" else norm_path(f.args[i].get("path")))) and not (
-                    d.values.get("except") and any(_same_script(r, d.values["except"]) for r in runs)):
+                    d.values.get("except") and any(same_script(r, d.values["except"]) for r in runs)):
                 reason = f"read {d.target}, which it was told not to use" + \
                     (f" except through {d.values['except']}" if d.values.get("except") else "") + f" ({d.describe()})"
-            elif d.kind == "require_flag" and tool == "run_command" and ok and any(_same_script(r, d.values["script"]) for r in runs) \
+            elif d.kind == "require_flag" and tool == "run_command" and ok and any(same_script(r, d.values["script"]) for r in runs) \
                     and d.values["v"] not in (_flag_value(f.command(i), d.target) or ""):
                 reason = f"ran {d.values['script']} without {d.target} {d.values['v']} ({d.describe()})"
             elif d.kind == "set" and d.target in written:
