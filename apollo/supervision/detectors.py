@@ -1144,8 +1144,8 @@ def _puts_back(f: Facts, i: int, best_at: int) -> bool:
         return False
     earlier = [f.args[j].get("content") for j in range(i) if f.tools[j] == "create_file" and f.oks[j]
                and norm_path(f.args[j].get("path")) == path]
-    norm = lambda c: " ".join(str(c).split())  # noqa: E731
-    return len(earlier) >= 2 and norm(content) in {norm(c) for c in earlier[:-1]}
+    mine = " ".join(content.split())
+    return len(earlier) >= 2 and mine in {" ".join(str(c).split()) for c in earlier[:-1]}
 
 
 def _reruns_with_fewer_flags(f: Facts, i: int, before: list[int]) -> bool:
@@ -1512,7 +1512,7 @@ def _lone_server(f: Facts, i: int, pool: int) -> str | None:
     used = gpus_used(cmd)
     if used is None:
         runs = [s for s in f.script_runs(i) if s in f.script_docs]
-        g, used = gpu_job(f, i) if runs else (False, None)
+        used = gpu_job(f, i)[1] if runs else None
     if used is None or used * 2 > pool:
         return None
     # only where the provided script's line shows a larger default of the flag the command lowered ("[--replicas 2]"
