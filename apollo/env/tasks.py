@@ -105,7 +105,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     folders: list[str] = []  # an annotated tree's folders above the current entry
     for line in section(description, "Scripts").splitlines():
         if line.lstrip().startswith(("```", "~~~")):
-            fence = not fence
+            fence, comment_indent = not fence, -1
             continue
         if "<" in line and _HTML_TAG_RE.search(line):  # an HTML table row: its cells' text
             line = html.unescape(_HTML_TAG_RE.sub("  ", line))

@@ -365,6 +365,17 @@ def _word_key(w: str) -> str | None:
     return rf"(?:^|[_.]){re.escape(w)}$"
 
 
+def _inputs_through_values(sent: str, at: int, through: re.Match[str] | None) -> dict[str, str]:
+    """An ``inputs_through`` directive's values: the later job the sentence names after "before" (from ``at``),
+    and the inputs its subject names ("flipped examples have to go through S" → file names with ``flip``)."""
+    job = _BEFORE_JOB_RE.search(sent, at) or _BEFORE_WORD_RE.search(sent, at)
+    vals = {"before": job.group(1).lower()} if job and job.group(1).lower() not in _ORDER_STOP else {}
+    subj = [w.lower() for w in (through.groups() if through else ()) if w and w.lower() not in _INPUT_STOP]
+    if subj:
+        vals["inputs"] = re.sub(r"(?:ped|ed|s)$", "", subj[0])[:6]
+    return vals
+
+
 def _order_rules(sent: str) -> list[tuple[str, str]]:
     """(x, y) of each order rule of ``sent``: x may start only once y has been seen finished."""
     out = []
@@ -524,14 +535,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
         if script is None and (tm := _THROUGH_SCRIPT_RE.search(sent)):
             # "flipped examples have to go through sql_check before they go anywhere near training": no order
             # to run S now (no use_script), a condition on what later steps use
-            sp = norm_path(tm.group(1))
-            through = THROUGH_RE.search(sent[:tm.start(1)])
-            job = _BEFORE_JOB_RE.search(sent, tm.end()) or _BEFORE_WORD_RE.search(sent, tm.end())
-            vals = {"before": job.group(1).lower()} if job and job.group(1).lower() not in _ORDER_STOP else {}
-            subj = [w.lower() for w in (through.groups() if through else ()) if w and w.lower() not in _INPUT_STOP]
-            if subj:
-                vals["inputs"] = re.sub(r"(?:ped|ed|s)$", "", subj[0])[:6]
-            out.append(d("inputs_through", sp, vals))
+            out.append(d("inputs_through", norm_path(tm.group(1)),
+                         _inputs_through_values(sent, tm.end(), THROUGH_RE.search(sent[:tm.start(1)]))))
         orders = _order_rules(sent)
         for x, y in orders:
             out.append(d("order", x, {"after": y}))
@@ -604,9 +609,7 @@ def _extract(text: str) -> tuple[Directive, ...]:
             at = sent.find(script)
             if EVERY_RE.search(sent, at):
                 # "run S on every augmented file before merging", "Run S on everything augmented"
-                job = _BEFORE_JOB_RE.search(sent, at) or _BEFORE_WORD_RE.search(sent, at)
-                vals = {"before": job.group(1).lower()} if job and job.group(1).lower() not in _ORDER_STOP else {}
-                out.append(d("inputs_through", norm_path(script), vals))
+                out.append(d("inputs_through", norm_path(script), _inputs_through_values(sent, at, None)))
                 # (a condition on what later jobs use, not an order to run S now: S already run on every input
                 # satisfies it)
                 out[:] = [x for x in out if not (x.kind == "use_script" and x.text == sent and x.target == norm_path(script))]
