@@ -1139,7 +1139,7 @@ def _puts_back(f: Facts, i: int, best_at: int) -> bool:
         return _reverts(f, i)
     if f.tools[i] != "create_file" or not f.obs[i].startswith("Overwrote"):
         return False
-    path, content = norm_path(f.args[i].get("path")), f.args[i].get("content")
+    content = f.args[i].get("content")
     if not isinstance(content, str):
         return False
     earlier = [f.args[j].get("content") for j in range(i) if f.tools[j] == "create_file" and f.oks[j]
@@ -1155,17 +1155,20 @@ def _reruns_with_fewer_flags(f: Facts, i: int, before: list[int]) -> bool:
     runs = f.script_runs(i)
     if not runs:
         return False
-    mine = dict(re.findall(r"(--[\w-]+)[= ]([^\s;&|]+)", f.command(i)))
+    mine = dict(_FLAG_PAIR_RE.findall(f.command(i)))
     for s in runs:
         prev = [j for j in before if s in f.script_runs(j)]
         if not prev:
             return False
         theirs: dict[str, str] = {}
         for j in prev:
-            theirs.update(re.findall(r"(--[\w-]+)[= ]([^\s;&|]+)", f.command(j)))
+            theirs.update(_FLAG_PAIR_RE.findall(f.command(j)))
         if any(fl not in theirs or theirs[fl] != v for fl, v in mine.items()):
             return False
     return True
+
+
+_FLAG_PAIR_RE = re.compile(r"(--[\w-]+)[= ]([^\s;&|]+)")  # every `--flag value` of a whole command line
 
 
 def _feeds_result(f: Facts, i: int, end: int) -> bool:
@@ -1517,15 +1520,7 @@ def _lone_server(f: Facts, i: int, pool: int) -> str | None:
         return None
     # only where the provided script's line shows a larger default of the flag the command lowered ("[--replicas 2]"
     # run with --replicas 1): a server the agent sized below what the task ships (labelers split on others)
-    cmd_flags = dict(re.findall(r"(--[\w-]+)[= ](\d+)", cmd))
-    lowered = False
-    for s in f.script_runs(i):
-        sig = signature(f.script_docs.get(s, "")) if s in f.script_docs else None
-        for fl, default in (sig.flags if sig else ()):
-            if default.isdigit() and fl in cmd_flags and int(cmd_flags[fl]) < int(default) and \
-                    re.search(r"(?i)tp|tensor|dp|data|replica|gpus|engines", fl):
-                lowered = True
-    if not lowered:
+    if not any(_lowers_gpu_flag(cmd, s, signature(f.script_docs[s])) for s in f.script_runs(i) if s in f.script_docs):
         return None
     sid = f.session(i)
     for k in range(i + 1, f.n):
@@ -1541,6 +1536,15 @@ def _lone_server(f: Facts, i: int, pool: int) -> str | None:
         if i == f.n - 1:
             return None
     return f"started a model server on {used} of the task's {pool} GPUs with nothing else on the rest while it ran"
+
+
+def _lowers_gpu_flag(cmd: str, script: str, sig: Any) -> bool:
+    """``cmd`` gives ``script`` a GPU-count flag (tp, dp, replicas, gpus, engines) below its usage line's default."""
+    if sig is None:
+        return False
+    _, given = script_args(cmd, script, sig)
+    return any(default.isdigit() and given.get(fl, "").isdigit() and int(given[fl]) < int(default)
+               and re.search(r"(?i)tp|tensor|dp|data|replica|gpus|engines", fl) for fl, default in sig.flags)
 
 
 def _gpu_holder(f: Facts, i: int, pool: int | None) -> Any:
@@ -1563,6 +1567,8 @@ def _never_used(f: Facts, i: int) -> bool:
     run on a base model beside training is waste for one labeler and a baseline for another)."""
     job = f._job(i)
     outs = [o for o in job.outputs if o]
+    if not outs:
+        return False
     for k in range(i + 1, f.n):
         if f.tools[k] == "get_session_output" and f.session(k) == job.session and f.oks[k]:
             return False
@@ -1573,7 +1579,7 @@ def _never_used(f: Facts, i: int) -> bool:
         text = f.command(k) + " " + str(f.args[k].get("path", "")) + " " + str(f.args[k].get("content", ""))
         if any(o in text or os.path.basename(o.rstrip("/")) in text for o in outs):
             return False
-    return bool(outs)
+    return True
 
 
 @register("violate_instruction", judge_always=True)

@@ -163,7 +163,8 @@ WRITE_CMD_RE = Gated.derive(re.compile(
 ))
 OUTPUT_ARG_RE = re.compile(r"(?:--(?:output|out|output[-_]dir|out[-_]dir|save[-_]path|dst|dest)|(?<=\s)-o)(?:=|\s+)(\S+)")
 PY_WRITES_RE = re.compile(r"open\([^)]*['\"][wa]b?\+?['\"]|\.write(?:_text|_bytes)?\(|\.save\(|json\.dump\(|to_(?:csv|json|parquet)\(")
-VIEW_CMD_RE = Gated.derive(re.compile(r"(?:^|[\s;&|(])(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff|wc|jq)(?=\s)"))
+_VIEWERS = r"(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff|wc|jq)"  # commands that show a file's content
+VIEW_CMD_RE = Gated.derive(re.compile(rf"(?:^|[\s;&|(]){_VIEWERS}(?=\s)"))
 DOC_RE = re.compile(r"\.(md|rst|txt|log)$|(^|/)(notes?|NOTES?|README)(\.\w+)?$")
 CP_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])")
 PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
@@ -520,7 +521,7 @@ _SED_N_RE = re.compile(r"\bsed\s+-n\s+['\"]?(\d+),(\d+)p")
 
 _SEGMENT_SPLIT_RE = re.compile(r"&&|\|\||[;|\n]")
 _SEGMENT_LEAD_RE = re.compile(r"^[\s(]*(?:(?:do|then|else|time|nohup|sudo)\s+)*(?:\w+=\S*\s+)*")
-_VIEW_HEAD_RE = re.compile(r"(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|egrep|zcat|bat|view|diff|wc|jq|column)(?=\s)")
+_VIEW_HEAD_RE = re.compile(rf"{_VIEWERS}(?=\s)")  # (a segment that starts with one)
 _REDIRECT_RE = re.compile(r"\s\d?>>?|\s&>")
 
 
