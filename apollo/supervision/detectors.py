@@ -1662,8 +1662,8 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
     if job is None or wait_s <= 0:
         return False
     stated = [d for d in (job_duration(f.description, s) for s in f.script_runs(job.step)) if d]
-    if stated:  # the task says how long this job runs: waiting out means most of that ("about 90 minutes")
-        wait_s = max(wait_s, STATED_WAIT_SHARE * max(stated))
+    if stated:  # the task says how long this job runs: waiting out means most of that ("about 90 minutes"),
+        wait_s = STATED_WAIT_SHARE * max(stated)  # and a 4-minute selection is waited out by a 260-s sleep
     total, last = 0.0, None
     for k in range(job.step + 1, i):
         if f.tools[k] == "sleep" and f.oks[k]:

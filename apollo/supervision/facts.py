@@ -330,7 +330,9 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
                               r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*|\"(?:run|usage|cmd|command)\"\s*:\s*\""
-                              r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s))"
+                              r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
+                              # (round 12) the line opens with its usage, prose follows ("bash x.sh CONFIG OUTDIR Fine-tunes …")
+                              r"|^\s*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s))"
                               r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
                               r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$)")

@@ -258,6 +258,9 @@ _COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
                         r"(?<!\bwhen)(?<!\bon)(?<!\bin)(?<!\bto)))")
+# a flag the human rules out: "rather than (with) --override", "instead of --x", "without --x", "don't pass --x", "no --x"
+FLAG_OFF_RE = re.compile(r"(?i)(?:\brather\s+than|\binstead\s+of|\bwithout|\b(?:do\s+not|don'?t|never|stop)\s+(?:use|using|pass|passing|add|adding)"
+                         r"|\bnot\s+(?:with|via|through))\s+(?:(?:with|using|via|passing|the|a)\s+)*`?(--[\w-]+)(?![\w-])")
 _NOUN_STOP = {"it", "this", "that", "anything", "any", "them", "those", "these", "things", "stuff", "file", "files", "code",
               "the", "a", "an", "more", "again", "now", "further", "then", "up", "with", "or", "and", "your", "its",
               "everything", "nothing", "other", "rest", "same", "settings", "setting", "values", "value", "until", "unless",
@@ -801,7 +804,11 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         if n:
             res.append(d("gpus", norm_path(sm.group(1)) if sm else "", {"v": str(n),
                                                                          "train": "1" if re.search(r"(?i)\btrain", sent) else ""}))
+    for m in FLAG_OFF_RE.finditer(sent):  # (round 12) "change them in the config rather than with --override"
+        res.append(d("flag_off", m.group(1)))
     for m in FLAG_ON_RE.finditer(sent):
+        if any(x.kind == "flag_off" and x.target == m.group(1) for x in res):
+            continue
         if not any(x.kind in ("flag", "use_script") and (x.target == m.group(1) or m.group(1) in x.values) for x in out):
             res.append(d("flag_on", m.group(1)))
     for m in KEEP_WORDS_BOUND_RE.finditer(sent):
@@ -1548,6 +1555,9 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
             elif d.kind == "flag_on" and tool == "run_command" and ok and d.target not in f.command(i) and (
                     s_ := next((r for r in f.script_runs(i) if d.target in f.script_docs.get(r, "")), None)):
                 reason = f"ran {s_} without {d.target}, which it was told to use ({d.describe()})"
+            elif d.kind == "flag_off" and tool == "run_command" and ok and f.script_runs(i) and re.search(
+                    rf"(?<![\w-]){re.escape(d.target)}(?![\w-])", f.command(i)):
+                reason = f"ran {f.script_runs(i)[0]} with {d.target} although told not to ({d.describe()})"
             elif d.kind == "forbid_noun" and written and not _reverts(f, i) and (
                     hit := next((w for w in sorted(written) if _noun_files(f, d.target, w)), None)):
                 reason = f"changed {hit} although told not to touch the {d.target} ({d.describe()})"
