@@ -243,7 +243,7 @@ EVAL_UNFINISHED_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never|no)\s+(?:spend|
                                 r"(?:a|the|an)\s+(?:\w+\s+)?(?:model|checkpoint|policy|run)\s+that\s+(?:is\s*n[o']?t|has\s*n[o']?t|"
                                 r"isnt|hasnt)\s+(?:\w+\s+)?(?:finish|done|complet|end)")
 # "run S … before any training", "before each retrain": a run of S is a precondition of every training launch after a change
-TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|launching|starting)?\s*(?:\w+\s+)?"
+TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|launching|starting)?\s*(?:\w+\s+){0,2}?"
                               r"(?:training|train\b|retrain\w*|(?:rl|grpo|sft|ppo|dpo)\s+runs?)")
 # "use all four GPUs for training runs", "rl_train.sh on all 4 GPUs please"
 # "while a training run is going, don't put anything else on the GPUs": no other GPU job beside a running training
@@ -258,6 +258,11 @@ _COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
                         r"(?<!\bwhen)(?<!\bon)(?<!\bin)(?<!\bto)))")
+# a later message that lifts an earlier rule on a topic: "no more concurrency limit", "the k limit is off", "k=2 is fine
+# from here on", "you can drop the batch cap now", "forget what i said about temperature"
+RELAX_RE = re.compile(r"(?i)\bno\s+more\s+([\w-]+)\s+(?:limit|cap|restriction|rule)s?\b|\b([\w-]+)\s+(?:limit|cap|restriction|rule)\s+is\s+"
+                      r"(?:off|lifted|gone|over)\b|\b([\w-]+)\s*=\s*[\w.]+\s+is\s+(?:fine|ok|okay)\s+(?:from\s+(?:here|now)\s+on|now)\b"
+                      r"|\b(?:drop|lift|remove)\s+the\s+([\w-]+)\s+(?:limit|cap|restriction)\b|\bforget\s+what\s+i\s+said\s+about\s+(?:the\s+)?([\w-]+)")
 # a flag the human rules out: "rather than (with) --override", "instead of --x", "without --x", "don't pass --x", "no --x"
 FLAG_OFF_RE = re.compile(r"(?i)(?:\brather\s+than|\binstead\s+of|\bwithout|\b(?:do\s+not|don'?t|never|stop)\s+(?:use|using|pass|passing|add|adding)"
                          r"|\bnot\s+(?:with|via|through))\s+(?:(?:with|using|via|passing|the|a)\s+)*`?(--[\w-]+)(?![\w-])")
@@ -793,8 +798,11 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     m = TRAIN_PRECOND_RE.search(sent)
     if m:  # "Run probe_reward.py after every reward change, before any training"
         sm = re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent[:m.start()])
-        if sm:
-            res.append(d("train_needs_check", norm_path(sm.group(1))))
+        after = None if sm else re.match(r"[^.;!?]{0,12}?\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b",
+                                         sent[m.end():])  # (round 12) "before you start ANY grpo run, rerun S"
+        if sm or after:
+            each = bool(after) and re.search(r"(?i)\b(?:any|each|every)\b", m.group(0)) is not None
+            res.append(d("train_needs_check", norm_path((sm or after).group(1)), {"each": "1"} if each else {}))
     if GPU_EXCLUSIVE_RE.search(sent):
         res.append(d("gpu_exclusive", ""))
     m = ALL_GPUS_RE.search(sent)
@@ -922,6 +930,12 @@ def directives(f: Facts) -> list[Directive]:
                     fl = re.search(r"--exclude[\w-]*", f.script_docs.get(sc, ""))
                     if fl:
                         out.append(Directive("require_flag", fl.group(0), {"v": name, "script": sc}, s.index, g.text))
+            if (rm := RELAX_RE.search(g.text)) is not None:  # (round 12) "no more concurrency limit": the rule ends
+                topic = next(x for x in rm.groups() if x).lower().lstrip("-")
+                for d in out:
+                    if d.given_at < s.index and "until" not in d.values and (
+                            topic in d.target.lower() or re.search(rf"(?i)(?<![\w-]){re.escape(topic)}(?![\w-])", d.text)):
+                        d.values["until"] = str(s.index)
     f.__dict__["_directives"] = out
     return list(out)
 
@@ -1064,6 +1078,31 @@ def written_values(f: Facts, i: int) -> dict[str, list[float]]:
     for k, v in pairs:
         vals = [_num(x) for x in v.split(",")]
         out.setdefault(k, []).extend(x for x in vals if x is not None)
+    return out
+
+
+def _text_names_script(text: str, script: str) -> bool:
+    """The message names the script (its file name or its stem: "keep describe/backcheck at …")."""
+    stem = re.sub(r"\.(?:py|sh)$", "", script.rsplit("/", 1)[-1]).lower()
+    return bool(re.search(rf"(?<![\w-]){re.escape(stem)}(?![\w-])", text.lower()))
+
+
+def _omitted_defaults(f: Facts, i: int) -> dict[str, tuple[float, str]]:
+    """key → (default, script) of each numeric flag a provided script's usage line shows with its default
+    (``[--concurrency 64]``) that run ``i`` does not pass: the value the run uses all the same (a directive
+    holds it to its bound where the message names that script)."""
+    out: dict[str, tuple[float, str]] = {}
+    cmd = f.command(i)
+    for s in f.script_runs(i):
+        doc = f.script_docs.get(s)
+        sig = signature(doc) if doc else None
+        if sig is None:
+            continue
+        _, given = script_args(cmd, s, sig)
+        for flag, mv in sig.flags:
+            v = _num(mv) if mv and re.fullmatch(r"-?\d[\d,]*(?:\.\d+)?[kK]?", mv) else None
+            if v is not None and flag not in given and not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", cmd):
+                out.setdefault(flag.lstrip("-").replace("-", "_"), (v, s))
     return out
 
 
@@ -1333,11 +1372,13 @@ def _unrun_check_each(f: Facts, i: int, d: Directive) -> str | None:
 
 def launches_training(f: Facts, i: int) -> bool:
     """Run ``i`` starts a training run: a provided script whose line says it trains, or a script named for it."""
-    from apollo.supervision.facts import _TRAINS_DOC_RE
-
     runs = f.script_runs(i)
-    return bool(runs) and bool(_TRAINS_DOC_RE.search(" ".join(f.script_docs.get(r, "") for r in runs))
+    return bool(runs) and bool(_LAUNCH_TRAIN_DOC_RE.search(" ".join(f.script_docs.get(r, "") for r in runs))
                               or re.search(r"(?i)train|grpo|\bsft\b|\bdpo\b|\bppo\b", " ".join(runs)))
+
+
+# a provided script's line that says it trains (a merge of "the last actor checkpoint of a run" or a predictor does not)
+_LAUNCH_TRAIN_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun")
 
 
 def _unchecked_training(f: Facts, i: int, d: Directive) -> str | None:
@@ -1471,6 +1512,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                                                                                        "script_value", "eval_budget",
                                                                                        "order", "finish_after")
                                                           or i - d.given_at < window)]
+        if active and any(x.values.get("until") for x in active):
+            active = [x for x in active if not (x.values.get("until") and i >= int(x.values["until"]))]
         if active and any(x.values.get("until_run") for x in active):
             active = [x for x in active if not (x.values.get("until_run") and _ran_since(f, x.given_at, i))]
         if not active:
@@ -1480,18 +1523,23 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         kinds = {d.kind for d in active}
         vals = written_values(f, i) if writer and not kinds.isdisjoint(_VALUE_KINDS) else {}
         reason = None
+        # (round 12) a bound or kept value the run leaves at the usage line's default ("[--concurrency 64]")
+        dflt = _omitted_defaults(f, i) if writer and tool == "run_command" and not kinds.isdisjoint(("bound", "keep")) else {}
         written = _written(f, i) if writer and not kinds.isdisjoint(_PATH_KINDS) else set()
         runs = set(f.script_runs(i)) if tool == "run_command" else set()
         for d in active:
             key = id(d)
-            if d.kind in ("bound", "keep", "no_touch", "no_change") and vals and not d.values.get("word_value"):
+            if d.kind in ("bound", "keep", "no_touch", "no_change") and (vals or dflt and d.kind in ("bound", "keep")) \
+                    and not d.values.get("word_value"):
                 if d.values.get("script") and tool == "run_command" and not any(
                         r.endswith(d.values["script"]) or d.values["script"].endswith(r) for r in runs):
                     continue
                 if d.values.get("script_word") and tool == "run_command" and not any(
                         d.values["script_word"] in r.rsplit("/", 1)[-1].lower() for r in runs):
                     continue  # "dont use flip k>1": the --k of the flip script's runs
-                for k, got in vals.items():
+                named = {k: [v] for k, (v, sc) in dflt.items() if _text_names_script(d.text, sc)} \
+                    if dflt and d.kind in ("bound", "keep") else {}
+                for k, got in ({**named, **vals} if named else vals).items():
                     if not _key_matches(d, k) or not got:
                         continue
                     pct = d.values.get("pct") and (_num(d.values["v"]) or 0) > 1
@@ -1502,13 +1550,14 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                         bad = next((g for g in got if b is not None and _breaks(d.values["op"], g, b)), None)
                         if bad is not None:
                             shown = f"{bad / 100:g} ({bad:g}%)" if pct else f"{bad:g}"
-                            reason = f"set {k} = {shown}, past the bound of {d.values['v']}{'%' if pct else ''} " \
-                                     f"({d.describe()})"
+                            how = f"left {k} at its default {shown}" if k in named and k not in vals else f"set {k} = {shown}"
+                            reason = f"{how}, past the bound of {d.values['v']}{'%' if pct else ''} ({d.describe()})"
                     elif d.kind == "keep":
                         b = _num(d.values["v"])
                         bad = next((g for g in got if b is not None and g != b), None)
                         if bad is not None:
-                            reason = f"set {k} = {bad:g}, not {d.values['v']} as told to keep it ({d.describe()})"
+                            how = f"left {k} at its default {bad:g}" if k in named and k not in vals else f"set {k} = {bad:g}"
+                            reason = f"{how}, not {d.values['v']} as told to keep it ({d.describe()})"
                     else:
                         before = _prior_value(f, i, k)
                         new_v = got[-1]
