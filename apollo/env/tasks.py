@@ -103,9 +103,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     item = False  # the line that named ``last`` is a list item or a table row
     fence, comment_indent = False, -1  # inside a code fence; the indent of the comment line that named ``last``
     folders: list[str] = []  # an annotated tree's folders above the current entry
+    preface: list[str] = []  # in a fence, "# comment" lines that name no script, above a recipe ("serve:") that runs one
     for line in section(description, "Scripts").splitlines():
         if line.lstrip().startswith(("```", "~~~")):
-            fence, comment_indent = not fence, -1
+            fence, comment_indent, preface = not fence, -1, []
             continue
         if "<" in line and _HTML_TAG_RE.search(line):  # an HTML table row: its cells' text
             line = html.unescape(_HTML_TAG_RE.sub("  ", line))
@@ -127,7 +128,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             line = "    " + line.lstrip(_TREE_CHARS + " ")
         text = line.strip()
         if not text:
-            last = None
+            last, preface = None, []
             continue
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
@@ -145,6 +146,14 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             last = os.path.normpath(m.group(1))
             item = bool(_ITEM_RE.match(line))
             comment_indent = indent if comment else -1
+            if preface and not comment:  # (a justfile/Makefile recipe: the comment above it is the script's doc)
+                out[last] = (out.get(last, "") + " " + " ".join(preface)).strip()
+            preface = []
+        elif fence and not last and text.startswith("#") and not text.startswith("#!"):
+            preface.append(text.lstrip("#").strip())
+            continue
+        elif fence and not last and preface and _RECIPE_RE.match(text):
+            continue  # "serve:" / "train data out:" between a recipe's comment and its body
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)
             continue
@@ -162,6 +171,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
+_RECIPE_RE = re.compile(r"^[\w.-]+(?:\s+[\w.=-]+)*\s*:(?!=)")  # a justfile/Makefile recipe header ("train data out:")
 _CSV_ROW_RE = re.compile(r"\s*(?:[\w.-]+/)*[\w.-]+\.(?:py|sh),")
 _HTML_TAG_RE = re.compile(r"</?(?:tr|td|th|code|b|i|em|strong|br|span|table|thead|tbody|p|kbd|tt)\b[^>]*>", re.IGNORECASE)
 _TREE_CHARS = "│├└─"

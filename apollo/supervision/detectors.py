@@ -1516,11 +1516,15 @@ def _lone_server(f: Facts, i: int, pool: int) -> str | None:
     if used is None:
         runs = [s for s in f.script_runs(i) if s in f.script_docs]
         used = gpu_job(f, i)[1] if runs else None
+    env = next((u for s in f.script_runs(i) if (u := _env_lowered_gpus(cmd, f.script_docs.get(s, ""), pool))), None)
+    if env is not None:  # (round 12) "REPLICAS=2 bash serve.sh" where the line says "REPLICAS replicas (default 4)"
+        used = env
     if used is None or used * 2 > pool:
         return None
     # only where the provided script's line shows a larger default of the flag the command lowered ("[--replicas 2]"
     # run with --replicas 1): a server the agent sized below what the task ships (labelers split on others)
-    if not any(_lowers_gpu_flag(cmd, s, signature(f.script_docs[s])) for s in f.script_runs(i) if s in f.script_docs):
+    if env is None and not any(_lowers_gpu_flag(cmd, s, signature(f.script_docs[s])) for s in f.script_runs(i)
+                               if s in f.script_docs):
         return None
     sid = f.session(i)
     for k in range(i + 1, f.n):
@@ -1536,6 +1540,24 @@ def _lone_server(f: Facts, i: int, pool: int) -> str | None:
         if i == f.n - 1:
             return None
     return f"started a model server on {used} of the task's {pool} GPUs with nothing else on the rest while it ran"
+
+
+_ENV_DEFAULT_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)\b[^.;()]{0,60}?\(\s*(?:[^()]{0,40}?,\s*)?default\s+(\d+)")
+
+
+def _env_lowered_gpus(cmd: str, doc: str, pool: int) -> int | None:
+    """GPUs a launch takes where it sets a GPU-count variable of the script's line below the line's default
+    ("REPLICAS=1 bash serve.sh" for "REPLICAS tensor-parallel-4 replicas (default 2)" on 8 GPUs: 4), else None."""
+    if "=" not in cmd or "default" not in doc:
+        return None
+    for m in _ENV_DEFAULT_RE.finditer(doc):
+        name, default = m.group(1), int(m.group(2))
+        if not re.search(r"(?i)tp|tensor|dp|replica|gpus?\b|ngpu|engines", name):
+            continue
+        v = re.search(rf"(?:^|[\s;&(]){name}=(\d+)\b", cmd)
+        if v and 0 < int(v.group(1)) < default:
+            return max(1, pool * int(v.group(1)) // default)
+    return None
 
 
 def _lowers_gpu_flag(cmd: str, script: str, sig: Any) -> bool:
