@@ -86,6 +86,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     TaskInfo,
     is_false,
     norm_path,
+    SED_I_RE,
     same_script,
     short,
     signature,
@@ -1472,6 +1473,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran the finished job '{short(cmd)}' (step {done_cmds[cmd]}) with nothing changed since"))
+            elif p.flag_reruns and runs and (twin_j := _same_run_again(f, i)) is not None:
+                out.append(_drop(i, "resource_waste", f"ran {runs[0]} again as at step {twin_j} (only its output path "
+                                                      "differs, if at all) with nothing it reads changed since"))
             elif twin is not None:
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
@@ -1506,6 +1510,83 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif is_job and obs.exit_code == 0 and not obs.error:
                 done_cmds[cmd] = i
     return out
+
+
+def _run_key(f: Facts, i: int) -> str:
+    """Run ``i``'s command with its output paths (the script's usage: OUTDIR, --out) written as ``<OUT>``."""
+    cmd = " ".join(f.command(i).split())
+    for s in f.script_runs(i):
+        for o in sorted(f.script_outputs(i, s)[0], key=len, reverse=True):
+            cmd = re.sub(rf"(?<![\w/.-]){re.escape(o)}/?(?![\w/.-])", "<OUT>", cmd)
+    return cmd
+
+
+def _run_succeeded(f: Facts, j: int, i: int) -> bool:
+    """Run ``j`` ended well before step ``i``: a foreground run that exited 0, or a background one seen finished
+    with exit 0 in its session, or whose output a later step read."""
+    if not f.background(j):
+        return f.oks[j] and f.steps[j].observation.exit_code == 0 and "finished, exit code 0" in f.obs[j]
+    sid = f.session(j)
+    for k in range(j + 1, i):
+        if f.session(k) == sid and f.tools[k] in ("check_session_idle", "get_session_output", "kill_session_processes",
+                                                  "run_command"):
+            if f.tools[k] != "run_command" and re.search(r"finished, exit code 0\b", f.obs[k]):
+                return True
+            if f.tools[k] != "get_session_output" and f.tools[k] != "check_session_idle":
+                return False  # killed or replaced in its session
+    job = next((jb for jbs in f.jobs_before[j + 1:i + 1] for jb in jbs if jb.step == j), None)
+    return job is not None and any(f._consumes(k, job) for k in range(j + 1, i))
+
+
+def _same_run_again(f: Facts, i: int) -> int | None:
+    """(round 12) A provided script run again as an earlier successful run (the same command but for its output
+    path: ``train.sh cfg outputs/r1`` then ``… outputs/r1_again``, a check re-run "for the record") with no edit of
+    an existing file, and no write of a file the command names, in between: the step of that earlier run."""
+    if not f.oks[i]:
+        return None
+    key = _run_key(f, i)
+    cmd = f.command(i)
+    runs = set(f.script_runs(i))
+    between: list[int] = []
+    for j in range(i - 1, -1, -1):
+        t = f.tools[j]
+        if t == "edit_file" and f.oks[j]:
+            return None
+        if t == "create_file" and f.oks[j] and (norm_path(f.args[j].get("path")) or "?") in cmd:
+            return None
+        if t == "run_command" and f.oks[j]:
+            if SED_I_RE.search(f.command(j)) or any(w in cmd for w in f.written_paths(j) if w):
+                return None
+            if runs & set(f.script_runs(j)):
+                if _run_key(f, j) == key and _run_succeeded(f, j, i) and all(_leaves_inputs(f, k, j, cmd) for k in between):
+                    return j
+                return None  # the script ran otherwise since: this run is compared with that one
+            between.append(j)
+    return None
+
+
+def _leaves_inputs(f: Facts, k: int, j: int, cmd: str) -> bool:
+    """Run ``k`` (between run ``j`` and a run of ``cmd``) changes nothing a second run of ``cmd`` reads: it reads
+    what run ``j`` or a run since made (an export, a scoring of it), prints only, or is a training run (by its
+    script's name) writing known outputs that ``cmd`` does not name (a data builder's output may be read by name
+    inside the script: a change)."""
+    if not f.script_runs(k):
+        return not f.writes[k] or not f.written_paths(k)
+    made = [o for r in range(j, k) if f.tools[r] == "run_command" for s in f.script_runs(r) for o in f.script_outputs(r, s)[0]]
+    if any(o in f.command(k) for o in made):
+        return True  # an export or a scoring of what run j (or a run since) made
+    outs, known = [], True
+    for s in f.script_runs(k):
+        o, kn = f.script_outputs(k, s)
+        outs += o
+        known = known and kn
+    if not known:
+        return False
+    if not outs:
+        return True
+    if any(covers(o, w) or covers(w, o) for o in outs for w in re.findall(r"[\w./-]+", cmd)):
+        return False
+    return any(re.search(r"(?i)train|grpo|\bsft|ppo|dpo|fine-?tun", s.rsplit("/", 1)[-1]) for s in f.script_runs(k))
 
 
 def _lone_server(f: Facts, i: int, pool: int) -> str | None:

@@ -864,6 +864,10 @@ class Facts:
         pos, flags = script_args(cmd, script, sig)
         if sig is not None:
             outs = [norm_path(v) for n, v in zip(sig.positional, pos) if _OUT_NAME_RE.match(n)]
+            if not outs and not sig.output_names():  # (round 12) "run.sh configs/x.yaml outputs/grpo_NAME",
+                lit = [k for k, n in enumerate(sig.positional[:len(pos)]) if n.startswith("outputs/")]  # "export.sh
+                if lit:  # outputs/grpo_NAME outputs/final": the last outputs/ path the line shows is what it writes
+                    outs = [norm_path(pos[lit[-1]])]
             outs += [norm_path(v) for f, v in flags.items() if v and f in sig.output_flags()]
             outs = [p for p in outs if p]
             if not outs:  # the line's default outputs ("default `outputs/<split>_pred.jsonl`"), placeholders
