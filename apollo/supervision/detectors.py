@@ -829,12 +829,12 @@ def _process_per_item(f: Facts, i: int) -> str | None:
 
 
 # a batch or concurrency flag: set to 1 where the script's usage line shows a larger default, one item at a time
-_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch[_-]?size|(?:max[_-])?concurrency|n[_-]?parallel|parallel(?:ism)?|"
+_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?|(?:max[_-])?concurrency|n[_-]?parallel|parallel(?:ism)?|"
                             r"max[_-]num[_-]seqs|per[_-]device[_-](?:eval|infer\w*)[_-]batch[_-]size|"
                             r"(?:prompts?|items?|requests?|samples?)[_-]per[_-](?:call|request|batch))$")
 
 
-_SMALL_ARG_RE = re.compile(r"[\s=][1-4](?![\w.])")
+_SMALL_ARG_RE = re.compile(r"[\s=](?:[1-9]|1[0-6])(?![\w.])")
 _WORKERS_FLAG_RE = re.compile(r"--(?:n[_-]?)?workers$|--num[_-]workers$|--threads$")
 
 
@@ -842,7 +842,7 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     """A provided script run with its batch or concurrency flag at 1 where its usage line shows a larger default
     (``ppl_filter.py [--bs 8]`` run with ``--bs 1``, ``run_dev.py [--concurrency 24]`` with ``--concurrency 1``)."""
     cmd = f.command(i)
-    if ("1" not in cmd and "2" not in cmd and "3" not in cmd and "4" not in cmd) or not _SMALL_ARG_RE.search(cmd):
+    if not _SMALL_ARG_RE.search(cmd):
         return None
     for s in f.script_runs(i):
         doc = f.script_docs.get(s)
@@ -853,8 +853,10 @@ def _serial_flag(f: Facts, i: int) -> str | None:
         for fl, default in sig.flags:
             got = flags.get(fl) or ""
             if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and got.isdigit() and (
-                    got == "1" or (int(got) <= 4 and int(got) * 16 <= int(default))):
-                # (1, or a few where the line shows dozens: `--concurrency 4` against 128 is a 32× slower client)
+                    got == "1" or (int(got) <= 4 and int(got) * 16 <= int(default))
+                    or (int(got) <= 16 and int(got) * 8 <= int(default))):
+                # (1, or a few where the line shows dozens: `--concurrency 4` against 128 is a 32× slower client;
+                # round 12: 8× or more below the default, `--concurrency 4` of 48, `--batch-size 16` of 512)
                 return f"runs {s} with {fl} {got} (its usage line shows {fl} {default}): " + \
                     ("one item at a time" if got == "1" else f"{int(default) // int(got)}× fewer at a time")
             if _WORKERS_FLAG_RE.match(fl) and flags.get(fl) == "1" and re.search(
@@ -1342,7 +1344,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
             if doc_says(CPU_DOC_RE, doc) and not doc_says(_ALL_N_GPUS_RE, doc):
                 continue  # a CPU tool (a GPU job whose line also names the CPU server its workers use is not)
             if not doc_says(GPU_DOC_RE, doc):  # the task does not say: a training/inference job by its name
-                if _gpu_name(s):
+                sig0 = signature(doc)  # (round 12: a tool with a worker pool, "[--workers 32]", runs on the CPU)
+                if _gpu_name(s) and not (sig0 and any(_WORKERS_FLAG_RE.match(fl) for fl, _ in sig0.flags)):
                     return True, max(counts) if counts else 1
                 continue
             if counts:
