@@ -473,6 +473,8 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             return s  # it makes the file the provided script is there to make
         if len(named) == 1 and _distinctive_doc_word(f, s, next(iter(named))):
             return s  # ndcg_quick.py / "beir_dev.py: nDCG@10 and recall@100 of a checkpoint on the dev sets"
+        if any(t not in _CAMEL_STOP and re.search(rf"\b{t}", content) for t in _CAMEL_RE.findall(doc)):
+            return s  # (round 12) my_dedup.py using MinHash / "near-duplicate query groups (MinHash over word 3-grams)"
         sig = _option_words(f, s)
         if len(sig) >= 3:
             hits = _prefixed(sig, _code_words(content) | words)
@@ -481,6 +483,9 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
     return _same_metrics(f, content, uses_model) or (_own_sampler(f, content) if uses_model else None)
 
 
+_CAMEL_RE = re.compile(r"\b[A-Z][a-z]{2,}[A-Z][A-Za-z]+\b")  # a method's or library's name in a script's line (MinHash)
+_CAMEL_STOP = frozenset({"DataFrame", "HuggingFace", "PyTorch", "GitHub", "JavaScript", "TypeScript", "LaTeX", "OpenAI",
+                         "ChatGPT", "JupyterLab", "PyPI", "NumPy", "SciPy", "FastAPI"})
 _VLLM_GEN_CODE_RE = re.compile(r"\bLLM\(.*?\.generate\(", re.DOTALL)
 _SAMPLER_DOC_RE = re.compile(r"(?i)\bvllm\b[^.]*?\boffline\b|\boffline\b[^.]*?\bvllm\b")
 
