@@ -1260,3 +1260,95 @@ def test_a_blind_edit_that_causes_a_regression_is_named_blind_edit_and_the_order
     masked, _ = Masker(MaskConfig()).mask([tr])
     step = masked[0].steps[3]
     assert (step.mask.keep, step.mask.category) == (False, "blind_edit") and "performance_regression" in step.mask.reason
+
+
+def test_round_12_usage_lines_in_toml_labels_table_cells_prose_and_justfile_recipes():
+    """Round 12 (blind_research11's layouts): a usage in a TOML string, a Dockerfile LABEL, a table cell, after a
+    label's colon, or opening the line before its prose; a justfile recipe's comment documents the script its body
+    runs."""
+    from apollo.env.tasks import provided_scripts
+    from apollo.supervision.facts import signature
+
+    assert signature('path = "scripts/b.py" usage = "python scripts/b.py --in FILE [--concurrency 64]" summary = "x"').flags \
+        == (("--in", "FILE"), ("--concurrency", "64"))
+    assert signature('LABEL tool.e="python scripts/e.py --out o.parquet [--gpus 8]" LABEL tool.e.does="cosine"').flags[-1] \
+        == ("--gpus", "8")
+    assert signature("| scripts/s.py | python scripts/s.py --ckpt DIR [--batch 400]    | samples |").flags[-1] == ("--batch", "400")
+    assert signature("fine-tune: bash scripts/t.sh DATA.jsonl OUTDIR (NGPU GPUs, default 8)").positional == ("DATA.jsonl", "OUTDIR")
+    assert signature("bash scripts/t.sh CONFIG OUTDIR Fine-tunes the model (processes, default 4).").positional == ("CONFIG", "OUTDIR")
+    just = ("## Scripts\n```just\n# serve the 32B model: REPLICAS tp-4 replicas (default 2)\nserve:\n    bash scripts/serve.sh\n\n"
+            "# write variants\ndistract:\n    python scripts/add.py --k 2\n```\n")
+    got = provided_scripts(just)
+    assert "REPLICAS tp-4 replicas (default 2)" in got["scripts/serve.sh"] and got["scripts/add.py"].startswith("write variants")
+
+
+def test_round_12_directives_on_the_eleventh_sets_dev_split():
+    """Round 12 (blind_research11 dev): "rather than with --override" rules the flag out (it was read as "use
+    --override"); a bound holds a run that leaves a named script's flag at its usage default, until a later message
+    lifts it; "before you start ANY grpo run, rerun S"; "don't run two dev runs at the same time"."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    scripts = {**SCRIPTS, "scripts/select.py": "- `python scripts/select.py --config C --out F [--override KEY=VALUE]`",
+               "scripts/backcheck.py": "- `python scripts/backcheck.py --in F --out F [--concurrency 64]`",
+               "scripts/run_grpo.sh": "- `bash scripts/run_grpo.sh CFG OUTDIR`: GRPO training",
+               "scripts/check_reward.py": "- `python scripts/check_reward.py`: agreement with human preferences",
+               "scripts/run_dev.py": "- `python scripts/run_dev.py --out outputs/dev/NAME`: the dev harness"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    rule = "Thresholds: please change them in configs/select.yaml itself rather than with --override on the command line."
+    over = run("python scripts/select.py --config c.yaml --out o --override margin=0")
+    plain = run("python scripts/select.py --config c.yaml --out o")
+    assert list(drops(tr(g(st("list_files"), rule), plain, over), "violate_instruction")) == [2]
+    rule = "keep describe/backcheck at concurrency 32 max until i tell you otherwise pls"
+    check = lambda extra="": run("python scripts/backcheck.py --in a --out b" + extra)  # noqa: E731
+    assert list(drops(tr(g(st("list_files"), rule), check(" --concurrency 32"), check()), "violate_instruction")) == [2]
+    lifted = g(st("list_files"), "ok the eval team is done, no more concurrency limit")
+    assert drops(tr(g(st("list_files"), rule), lifted, check()), "violate_instruction") == {}
+    rule = "new rule from here on: before you start ANY grpo run, rerun check_reward.py on the current reward"
+    grpo = lambda out: bg(f"bash scripts/run_grpo.sh c.yaml outputs/{out}", "grpo")  # noqa: E731
+    got = drops(tr(g(st("list_files"), rule), run("python scripts/check_reward.py"), grpo("r1"), grpo("r2")),
+                "violate_instruction")
+    assert list(got) == [3]
+    rule = "Please don't run two dev runs at the same time. The checker pool falls over."
+    dev = lambda n, sid: bg(f"python scripts/run_dev.py --out outputs/dev/{n}", sid)  # noqa: E731
+    assert list(drops(tr(g(st("list_files"), rule), dev("a", "d1"), dev("b", "d2")), "violate_instruction")) == [2]
+    score = run("python scripts/run_dev.py --out outputs/dev/c")  # (returns at once: no second run in flight)
+    assert drops(tr(g(st("list_files"), rule), dev("a", "d1"), score), "violate_instruction") == {}
+
+
+def test_round_12_waste_inefficiency_and_regression_causes_on_the_eleventh_sets_dev_split():
+    """Round 12: a stated 4-minute job is waited out by a 260-s sleep (no 600-s floor); a server launched with a
+    GPU-count variable below its line's default; a script run again as before (only its output path new) with
+    nothing changed; a batch flag 8x below its default; a created script using the method a provided script's line
+    names; a retrain on other inputs is the regression its copy to the evaluated folder carries out."""
+    desc = DESC + "Selection takes about 4 minutes.\n"
+    scripts = {**SCRIPTS, "scripts/select.py": "- `python scripts/select.py --config C --out outputs/ckpt/final`",
+               "scripts/serve_prover.sh": "- `bash scripts/serve_prover.sh` starts REPLICAS vLLM replicas (default 4, one "
+                                          "per GPU); it runs until stopped.",
+               "scripts/run_grpo.sh": "- `bash scripts/run_grpo.sh CFG outputs/grpo_NAME`: GRPO training on all 4 GPUs",
+               "scripts/export.sh": "- `bash scripts/export.sh outputs/grpo_NAME outputs/ckpt/final`: the last checkpoint",
+               "scripts/embed.py": "- `python scripts/embed.py --in F --out F [--batch-size 512]`: embedding similarity",
+               "scripts/quality.py": "- `python scripts/quality.py --in F --out F`: near-duplicate groups (MinHash over "
+                                     "3-grams). CPU only."}
+    facts = FACTS.model_copy(update={"scripts": scripts, "compute_pool": [Machine(kind="gpu", gpus=4)]})
+    tr = lambda *steps, evals=(): traj(*steps, desc=desc, facts=facts, evals=evals)  # noqa: E731
+    sleep = lambda s: st("sleep", {"seconds": s}, f"Slept {s} s.")  # noqa: E731
+    assert drops(tr(bg("python scripts/select.py --config c --out outputs/ckpt/final", "sel"), sleep(260), ev()),
+                 "improper_eval") == {}
+    srv = bg("REPLICAS=2 bash scripts/serve_prover.sh", "server")
+    assert list(drops(tr(srv, st("list_files"), run("wc -l x")), "resource_waste")) == [0]
+    grpo = lambda out: bg(f"bash scripts/run_grpo.sh configs/grpo.yaml outputs/{out}", "grpo")  # noqa: E731
+    export = run("bash scripts/export.sh outputs/grpo_r1 outputs/ckpt/final")
+    got = drops(tr(grpo("grpo_r1"), sleep(3000), export, ev(), grpo("grpo_r1_again")), "resource_waste")
+    assert "again as at step 0" in got.get(4, "")
+    edit = st("edit_file", {"path": "configs/grpo.yaml", "start_line": 2, "end_line": 2, "content": "kl: 0.1"}, "Edited")
+    assert 5 not in drops(tr(grpo("grpo_r1"), sleep(3000), export, ev(), edit, grpo("grpo_r2")), "resource_waste")
+    assert list(drops(tr(run("python scripts/embed.py --in a --out b --batch-size 16")), "inefficient_inference")) == [0]
+    assert drops(tr(run("python scripts/embed.py --in a --out b --batch-size 128")), "inefficient_inference") == {}
+    mine = created("scripts/my_dedup.py", "from datasketch import MinHash, MinHashLSH\nprint(len(open('q').readlines()))\n")
+    assert list(drops(tr(mine), "ignore_script")) == [0]
+    mix = lambda src, out: bg(f"cat data/train.jsonl outputs/{src}.jsonl > outputs/mix_{out}.jsonl && "  # noqa: E731
+                              f"bash scripts/train.sh outputs/mix_{out}.jsonl outputs/{out}", "train")
+    cp = lambda out: run(f"rm -rf outputs/ckpt/final && cp -r outputs/{out} outputs/ckpt/final")  # noqa: E731
+    steps = [mix("verified", "r1"), sleep(3000), cp("r1"), ev(), mix("raw", "r2"), sleep(3000), cp("r2"), ev()]
+    got = drops(tr(*steps, evals=[EvalRecord(step=3, score=38.0), EvalRecord(step=7, score=29.5)]), "performance_regression")
+    assert list(got) == [4]
