@@ -86,6 +86,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     TaskInfo,
     is_false,
     norm_path,
+    per_step,
     SED_I_RE,
     CP_RE,
     same_script,
@@ -1545,6 +1546,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
     return out
 
 
+@per_step
 def _run_key(f: Facts, i: int) -> str:
     """Run ``i``'s command with its output paths (the script's usage: OUTDIR, --out) written as ``<OUT>``."""
     cmd = " ".join(f.command(i).split())
@@ -1577,7 +1579,6 @@ def _same_run_again(f: Facts, i: int) -> int | None:
     an existing file, and no write of a file the command names, in between: the step of that earlier run."""
     if not f.oks[i]:
         return None
-    key = _run_key(f, i)
     cmd = f.command(i)
     runs = set(f.script_runs(i))
     between: list[int] = []
@@ -1591,7 +1592,7 @@ def _same_run_again(f: Facts, i: int) -> int | None:
             if SED_I_RE.search(f.command(j)) or any(w in cmd for w in f.written_paths(j) if w):
                 return None
             if runs & set(f.script_runs(j)):
-                if _run_key(f, j) == key and _run_succeeded(f, j, i) and all(_leaves_inputs(f, k, j, cmd) for k in between):
+                if _run_key(f, j) == _run_key(f, i) and _run_succeeded(f, j, i) and all(_leaves_inputs(f, k, j, cmd) for k in between):
                     return j
                 return None  # the script ran otherwise since: this run is compared with that one
             between.append(j)
@@ -1814,6 +1815,7 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
 
 
+@per_step
 def _feeds_eval(f: Facts, i: int) -> bool:
     """Step ``i`` may change what the evaluation scores: any command that writes, and an edit or a created file
     where the task's Evaluation section names its inputs (``outputs/proj/final``) only when it writes one of

@@ -858,7 +858,15 @@ class Facts:
 
     def script_outputs(self, i: int, script: str) -> tuple[list[str], bool]:
         """(files, known) that running ``script`` at step ``i`` writes: from the provided script's usage
-        line (OUT arguments, --output flags) or the agent's own script's code (literal paths, sys.argv)."""
+        line (OUT arguments, --output flags) or the agent's own script's code (literal paths, sys.argv).
+        Computed once per (step, script); callers must not mutate the list."""
+        cache = self.__dict__.setdefault("_script_outputs_memo", {})
+        got = cache.get((i, script))
+        if got is None:
+            got = cache[(i, script)] = self._script_outputs(i, script)
+        return got
+
+    def _script_outputs(self, i: int, script: str) -> tuple[list[str], bool]:
         cmd = self.command(i)
         doc = self.script_docs.get(script)
         sig = signature(doc) if doc else None

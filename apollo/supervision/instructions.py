@@ -1527,6 +1527,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         if d.kind == "count":
             for j, why in _count_breaches(f, d).items():
                 counted.setdefault(j, why)
+    lifted = any("until" in d.values for d in dirs)  # a later message lifted a rule ("no more concurrency limit")
+    named_scripts = {sc for d in dirs if d.kind in ("bound", "keep") for sc in f.scripts if _text_names_script(d.text, sc)}
     attempted: set[int] = set()  # use_script directives whose script ran (whatever its flags)
     subs: dict[str, int] = {}  # scripts the agent wrote in place of a script it was told to use → that directive
     for i in range(f.n):
@@ -1541,7 +1543,7 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                                                                                        "script_value", "eval_budget",
                                                                                        "order", "finish_after")
                                                           or i - d.given_at < window)]
-        if active and any(x.values.get("until") for x in active):
+        if lifted and active:
             active = [x for x in active if not (x.values.get("until") and i >= int(x.values["until"]))]
         if active and any(x.values.get("until_run") for x in active):
             active = [x for x in active if not (x.values.get("until_run") and _ran_since(f, x.given_at, i))]
@@ -1553,7 +1555,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
         vals = written_values(f, i) if writer and not kinds.isdisjoint(_VALUE_KINDS) else {}
         reason = None
         # (round 12) a bound or kept value the run leaves at the usage line's default ("[--concurrency 64]")
-        dflt = _omitted_defaults(f, i) if writer and tool == "run_command" and not kinds.isdisjoint(("bound", "keep")) else {}
+        dflt = _omitted_defaults(f, i) if named_scripts and writer and tool == "run_command" and \
+            not named_scripts.isdisjoint(f.script_runs(i)) and not kinds.isdisjoint(("bound", "keep")) else {}
         written = _written(f, i) if writer and not kinds.isdisjoint(_PATH_KINDS) else set()
         runs = set(f.script_runs(i)) if tool == "run_command" else set()
         for d in active:
