@@ -1313,6 +1313,14 @@ def test_round_12_directives_on_the_eleventh_sets_dev_split():
     assert list(drops(tr(g(st("list_files"), rule), dev("a", "d1"), dev("b", "d2")), "violate_instruction")) == [2]
     score = run("python scripts/run_dev.py --out outputs/dev/c")  # (returns at once: no second run in flight)
     assert drops(tr(g(st("list_files"), rule), dev("a", "d1"), score), "violate_instruction") == {}
+    # a value in parentheses after an instruction, checked through a justfile recipe's command; lifted later
+    scripts["scripts/add.py"] = "write variants: python scripts/add.py --in F [--k 2] distract: python scripts/add.py --in d --k 2"
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    rule = "for the first pass please do ONE distractor per problem (k=1). if that works out we can go to 2 later"
+    just = run("just distract")
+    assert list(drops(traj(g(st("list_files"), rule), just, desc=DESC, facts=facts), "violate_instruction")) == [1]
+    lifted = g(st("list_files"), "ok k=2 is fine from here on")
+    assert drops(traj(g(st("list_files"), rule), lifted, just, desc=DESC, facts=facts), "violate_instruction") == {}
 
 
 def test_round_12_waste_inefficiency_and_regression_causes_on_the_eleventh_sets_dev_split():

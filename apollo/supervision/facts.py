@@ -684,6 +684,31 @@ class Facts:
         self.oks = oks  # the tool ran: valid call, not refused, no tool error
         self.commands = commands  # run_command's command ("" otherwise)
         self.backgrounds = backgrounds  # see :meth:`background`
+        if any(c.startswith(("just ", "make ")) for c in commands):
+            self.commands = [self._recipe(c) if c.startswith(("just ", "make ")) else c for c in commands]
+
+    def _recipe(self, cmd: str) -> str:
+        """``just NAME ARGS`` / ``make NAME``: the command of the recipe a provided script's line shows
+        ("distract: python scripts/add.py --k 2", "train data out: bash scripts/t.sh {{data}} {{out}}" with
+        the call's arguments in its placeholders), or the call as it is where no line shows the recipe."""
+        words = cmd.split()
+        name, args = words[1] if len(words) > 1 else "", words[2:]
+        for doc in self.script_docs.values():
+            m = re.search(rf"(?:^|\s){re.escape(name)}((?:\s+[\w-]+)*):\s+(?=(?:python3?|bash|sh)\s)", doc) if name else None
+            if m is None:
+                continue
+            body = []
+            for tok in doc[m.end():].split():
+                if tok.endswith(":") or tok == "#":
+                    break  # the next recipe's header, or a comment
+                body.append(tok)
+            text = " ".join(body)
+            for k, p in enumerate(m.group(1).split()):
+                if k < len(args):
+                    text = text.replace("{{" + p + "}}", args[k]).replace("{{ " + p + " }}", args[k])
+            if _script_runs(text):
+                return text
+        return cmd
 
     # -- task text ------------------------------------------------------------------------------
     @cached_property

@@ -262,6 +262,9 @@ _COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
                         r"(?<!\bwhen)(?<!\bon)(?<!\bin)(?<!\bto)))")
+# "(k=1)", "(--k 1)" after an instruction ("please do ONE distractor per problem (k=1)")
+PAREN_KV_RE = re.compile(r"(?i)\b(?:please|pls|do|use|keep|only|stick)\b[^()]*\(\s*(--?[a-z][\w-]*|[a-z]\w*)\s*(?:=|\s)\s*(\d+(?:\.\d+)?)\s*\)")
+NEG_CUE_RE = re.compile(r"(?i)\b(?:not|don'?t|never|no|avoid)\b")
 # no two jobs of one kind at once: "don't run two dev runs at the same time", "one eval job at a time", "never have
 # two harnesses running in parallel"
 NO_CONCURRENT_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never|no)\s+(?:run|start|launch|have|kick\s+off)\s+(?:two|2|multiple|several|"
@@ -816,6 +819,11 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             res.append(d("train_needs_check", norm_path((sm or after).group(1)), {"each": "1"} if each else {}))
     if GPU_EXCLUSIVE_RE.search(sent):
         res.append(d("gpu_exclusive", ""))
+    m = PAREN_KV_RE.search(sent)
+    if m and not NEG_CUE_RE.search(sent) and not any(x.kind in ("keep", "flag", "bound") and _norm_key(x.target) == m.group(1).lstrip("-")
+                                                     for x in out + res):
+        # (round 12) "please do ONE distractor per problem (k=1)": the value in parentheses is what to use
+        res.append(d("keep", m.group(1).lstrip("-").replace("-", "_"), {"v": m.group(2), "match": "exact"}))
     m = NO_CONCURRENT_RE.search(sent)
     if m:  # (round 12) "Please don't run two dev runs at the same time"
         res.append(d("no_concurrent", next(g for g in m.groups() if g).lower()))
