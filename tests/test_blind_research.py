@@ -103,8 +103,10 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
     ("blind_research10", "test", 58, 0.90, 0.78),  # written and labeled after round 10: 0.88 / 0.72 on the test split at
                                                    # f6318bd; round 11 (tuned on its dev split only): 0.94 / 0.83
     ("blind_research10", None, 115, 0.93, 0.85),   # all 470 actions: 0.88 / 0.72 at f6318bd, 0.96 / 0.89 after round 11
-    ("blind_research11", None, 116, 0.80, 0.65),   # written and labeled after round 11, never tuned on: 0.85 / 0.70 on all
-                                                   # 473 actions at e78e274 (round 10: 0.86 / 0.66; round 9: 0.85 / 0.65)
+    ("blind_research11", "test", 58, 0.93, 0.72),  # written and labeled after round 11: 0.88 / 0.72 on the test split at
+                                                   # e78e274; round 12 (tuned on its dev split only): 0.98 / 0.76 at 4e6e863
+    ("blind_research11", None, 116, 0.93, 0.80),   # all 473 actions: 0.85 / 0.70 at e78e274 (round 10: 0.86 / 0.66; round 9:
+                                                   # 0.85 / 0.65), 0.99 / 0.83 after round 12
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
