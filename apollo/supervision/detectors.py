@@ -1521,7 +1521,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) \
-                    and not f.is_server(i) and not any(_short_check(f, s) for s in runs) \
+                    and not f.is_server(i) and not any(_short_check(f, s) and not _lowers_gpu_flag(
+                        f.command(i), s, signature(f.script_docs[s]) if s in f.script_docs else None) for s in runs) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
                 busy = 0
