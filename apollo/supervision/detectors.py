@@ -622,6 +622,8 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             runs = [r for r in f.script_runs(i) if r in files]
             if runs:
                 got[i] = (runs[0], files[runs[0]])
+            elif not f.script_runs(i) and (s := _copy_in_place_of(f, i)):
+                got[i] = ("cp", s)  # (round 13) `cp -r outputs/r1/* outputs/final/` where export.sh "Replaces outputs/final/"
             elif "-c" in f.command(i) and not f.script_runs(i):  # a python -c one-liner doing a provided script's job
                 for code in inline_programs(f.command(i)):
                     s = own_version_of(f, INLINE, code, f.redirects(i))
@@ -630,6 +632,23 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
                         break
     f.__dict__["_own_versions"] = got
     return got
+
+
+def _copy_in_place_of(f: Facts, i: int) -> str | None:
+    """A plain ``cp``/``rsync`` whose destination is the evaluated folder that a provided script's line says it
+    fills ("export.sh DIR: Replaces outputs/final/ with the weights …"): the agent's own version of that script."""
+    cmd = f.command(i)
+    if not f.oks[i] or not re.search(r"(?:^|[;&|]\s*)(?:cp|rsync)\s", cmd):
+        return None
+    dests = [w.rstrip("/") for w in f.written_paths(i)]
+    dests = [d for d in dests if any(covers(d, e) or covers(e, d) for e in f.eval_inputs)]
+    if not dests:
+        return None
+    for s, doc in f.script_docs.items():
+        if re.search(r"(?i)\b(?:replaces|fills|copies\s+\S+\s+(?:in)?to|exports?\s+\S+\s+to)\s+`?(" +
+                     "|".join(re.escape(d) for d in dests) + r")/?`?", doc):
+            return s
+    return None
 
 
 _HF_CMD_RE = re.compile(
