@@ -1037,6 +1037,15 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             unmeasured |= carried_edits
         else:
             carried_edits = set()
+        # (round 13) an edit of a config that no run has carried out by the next eval is not measured by it either
+        # (`drop_duplicates: false`, then an eval of the unchanged selection): the eval after the re-run is its judge
+        idle_edits = {k for k in window if k < pos1 < f.n and f.tools[k] in ("edit_file", "create_file") and f.writes[k]
+                      and f.eval_inputs and not _feeds_eval(f, k)
+                      and norm_path(f.args[k].get("path")).endswith((".yaml", ".yml", ".json", ".toml", ".ini", ".cfg"))
+                      and not any(f.writes[m] and f.tools[m] == "run_command" for m in range(k + 1, min(pos1, f.n)))}
+        if idle_edits:
+            carried_edits |= idle_edits
+            unmeasured |= idle_edits
         window = sorted(window - unmeasured)
         carried = sorted(unmeasured)
         last = pos0 + 1
@@ -1237,12 +1246,20 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
         return True
     if any(covers(o, e) for o in outs for e in f.eval_inputs):
         return True
-    later = " ".join(f.command(j) + " " + str(f.args[j].get("content", "")) for j in range(i + 1, end) if f.writes[j])
+    later = " ".join(f.command(j) + " " + str(f.args[j].get("content", "")) for j in range(i + 1, end)
+                     if f.writes[j] and not _prints_only(f, j))  # (round 13: a dev scorer reading it changes nothing)
     if any(o in later or os.path.basename(o) in later for o in outs):
         return True
     # a file derived from it and named after it (swap.json → swap.checked.json, made by a checker in the same line)
     stems = {os.path.basename(o).split(".", 1)[0] for o in outs} - {""}
     return any(len(st) >= 3 and re.search(rf"(?:^|[\s/='\"]){re.escape(st)}\.\w+\.\w+", later) for st in stems)
+
+
+def _prints_only(f: Facts, j: int) -> bool:
+    """Run ``j`` runs provided scripts whose lines name no output (a scorer, a dev check) and writes nothing else."""
+    runs = f.script_runs(j)
+    return f.tools[j] == "run_command" and bool(runs) and not f.written_paths(j) and all(
+        s in f.script_docs and f.script_outputs(j, s) == ([], True) for s in runs)
 
 
 @register("blind_edit", judge_tools=("edit_file", "create_file", "run_command"))
