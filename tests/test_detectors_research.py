@@ -1360,3 +1360,65 @@ def test_round_12_waste_inefficiency_and_regression_causes_on_the_eleventh_sets_
     steps = [mix("verified", "r1"), sleep(3000), cp("r1"), ev(), mix("raw", "r2"), sleep(3000), cp("r2"), ev()]
     got = drops(tr(*steps, evals=[EvalRecord(step=3, score=38.0), EvalRecord(step=7, score=29.5)]), "performance_regression")
     assert list(got) == [4]
+
+
+def test_round_13_directives_and_detectors_from_the_eleventh_sets_spent_test_split():
+    """Round 13 (blind_research11's test split, after its one measurement): "use F only through S", "leave F
+    exactly as shipped", "do NOT symlink", "start every GRPO run from P", "for calibration please use
+    --target-depth 0.58" (a script named by a shared stem, its flag left at the default), a shell script's own
+    error, a short check with its GPU flag below the default, a plain cp into the folder a provided script fills, a
+    config edit measured only by the eval after the re-run."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    scripts = {**SCRIPTS, "scripts/dev_sum.py": "- `python scripts/dev_sum.py --ckpt DIR`: BLEU on data/dev_pairs.jsonl",
+               "scripts/run_grpo.sh": "- `bash scripts/run_grpo.sh CFG outputs/grpo_NAME`: GRPO training",
+               "scripts/calibrate.py": "- `python scripts/calibrate.py --ckpt DIR [--target-depth 0.6]`",
+               "scripts/export.sh": "- `bash scripts/export.sh DIR`: Replaces outputs/ckpt/final/ with the weights of DIR",
+               "scripts/dev_acc.py": "dev accuracy (dev_ic and dev_plain): python scripts/dev_acc.py --ckpt DIR [--dp 8]"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps, evals=(): traj(*steps, desc=DESC, facts=facts, evals=evals)  # noqa: E731
+    rule = "Please use data/dev_pairs.jsonl only through dev_sum.py. No looking at it to derive filtering rules."
+    peek = run("python -c \"print(open('data/dev_pairs.jsonl').read()[:300])\"")
+    assert list(drops(tr(g(st("list_files"), rule), run("python scripts/dev_sum.py --ckpt o"), peek),
+                      "violate_instruction")) == [2]
+    edit = st("edit_file", {"path": "scripts/bench.py", "start_line": 3, "end_line": 3, "content": "x = 1"}, "Edited")
+    assert list(drops(tr(g(st("list_files"), "please leave scripts/bench.py exactly as shipped"), edit),
+                      "violate_instruction")) == [1]
+    link = run("rm -rf outputs/ckpt/final && ln -s r2 outputs/ckpt/final")
+    assert list(drops(tr(g(st("list_files"), "copy the weights into outputs/ckpt/final, do NOT symlink."), link),
+                      "violate_instruction")) == [1]
+    rule = "start every GRPO run from models/coder-sft-v2 from now on, not the v1 SFT."
+    grpo = bg("bash scripts/run_grpo.sh configs/grpo.yaml outputs/grpo_a", "grpo")
+    cfg = st("edit_file", {"path": "configs/grpo.yaml", "start_line": 2, "end_line": 2,
+                           "content": "init: models/coder-sft-v2"}, "Edited")
+    assert list(drops(tr(g(st("list_files"), rule), grpo), "violate_instruction")) == [1]
+    assert drops(tr(g(st("list_files"), rule), cfg, grpo), "violate_instruction") == {}
+    cal = lambda extra="": run("python scripts/calibrate.py --ckpt outputs/r1" + extra)  # noqa: E731
+    rule = "for calibration please use --target-depth 0.58, not the default."
+    assert list(drops(tr(g(st("list_files"), rule), cal(" --target-depth 0.58"), cal()), "violate_instruction")) == [2]
+    shell = run("bash scripts/export.sh", "$ bash scripts/export.sh\nscripts/export.sh: line 4: $1: unbound variable\n\n"
+                "[finished, exit code 1]", code=1)
+    masked, _ = Masker(MaskConfig()).mask([tr(shell)])
+    assert (masked[0].steps[0].mask.keep, masked[0].steps[0].mask.category) == (False, "runtime_error")
+    assert list(drops(tr(run("python scripts/dev_acc.py --ckpt outputs/r1 --dp 1")), "resource_waste")) == [0]
+    assert drops(tr(run("python scripts/dev_acc.py --ckpt outputs/r1")), "resource_waste") == {}
+    cp = run("mkdir -p outputs/ckpt/final && cp -r outputs/r1/* outputs/ckpt/final/")
+    assert list(drops(tr(cp), "ignore_script")) == [0]
+    assert drops(tr(run("bash scripts/export.sh outputs/r1")), "ignore_script") == {}
+
+
+def test_round_13_a_config_edit_is_judged_by_the_eval_after_its_rerun():
+    """An edit of a config that no run carried out before the next eval (which scored the unchanged output) is the
+    cause of the drop the eval after the re-run shows — not a later dev-only training run that nothing evaluated reads."""
+    desc = DESC.replace("`outputs/ckpt/final/`", "`outputs/sel.parquet`")
+    scripts = {**SCRIPTS, "scripts/select.py": "- `python scripts/select.py --config C --out outputs/sel.parquet`",
+               "scripts/train_sum.sh": "- `bash scripts/train_sum.sh DATA OUTDIR`: fine-tunes on the selection",
+               "scripts/dev_sum.py": "- `python scripts/dev_sum.py --ckpt DIR`: prints BLEU on the dev pairs"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    sel = bg("python scripts/select.py --config configs/select.yaml --out outputs/sel.parquet", "sel")
+    cfg = st("edit_file", {"path": "configs/select.yaml", "start_line": 5, "end_line": 5, "content": "dedup: false"}, "Edited")
+    see = st("open_file", {"path": "configs/select.yaml"}, "[configs/select.yaml: lines 1-6 of 6]\n5: dedup: true")
+    sleep = st("sleep", {"seconds": 300}, "Slept 300 s.")
+    steps = [sel, sleep, ev(), see, cfg, ev(), sel, sleep, bg("bash scripts/train_sum.sh outputs/sel.parquet outputs/s2", "t"),
+             st("sleep", {"seconds": 3000}, "Slept 3000 s."), run("python scripts/dev_sum.py --ckpt outputs/s2"), ev()]
+    evals = [EvalRecord(step=2, score=46.0), EvalRecord(step=5, score=45.7), EvalRecord(step=11, score=31.9)]
+    assert list(drops(traj(*steps, desc=desc, facts=facts, evals=evals), "performance_regression")) == [4]

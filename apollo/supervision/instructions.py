@@ -1140,6 +1140,21 @@ def _concurrent_run(f: Facts, i: int, d: Directive) -> str | None:
            f"although told not to ({d.describe()})"
 
 
+def _left_default(f: Facts, i: int, d: Directive) -> tuple[str, str] | None:
+    """(default, script) where run ``i`` leaves the flag of a ``flag`` directive out of a provided script whose
+    usage line shows it with another default, and the message names that script."""
+    want = _norm_value(d.values["v"])
+    for s in f.script_runs(i):
+        doc = f.script_docs.get(s)
+        sig = signature(doc) if doc else None
+        if sig is None or not _text_names_script(d.text, s):
+            continue
+        for flag, mv in sig.flags:
+            if flag == d.target and mv and _norm_value(mv) != want and re.fullmatch(r"-?\d[\d.]*", mv):
+                return mv, s
+    return None
+
+
 def _text_names_script(text: str, script: str) -> bool:
     """The message names the script (its file name or its stem: "keep describe/backcheck at …")."""
     stem = re.sub(r"\.(?:py|sh)$", "", script.rsplit("/", 1)[-1]).lower()
@@ -1652,6 +1667,10 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                     or _flag_value(cmd, d.target.replace("-", "_").replace("__", "--"))
                 if got is not None and d.values.get("v") and _norm_value(got) != _norm_value(d.values["v"]):
                     reason = f"ran with {d.target} {got}, not the {d.values['v']} asked for ({d.describe()})"
+                elif got is None and d.values.get("v") and (dv := _left_default(f, i, d)) is not None:
+                    # (round 13) "for calibration please use --target-depth 0.58": calibrate.py left at its default
+                    reason = f"ran {dv[1]} with {d.target} at its default {dv[0]}, not the {d.values['v']} asked for " \
+                             f"({d.describe()})"
             elif d.kind == "count" and i in counted:
                 reason = counted[i]
             elif d.kind == "no_touch_block" and tool == "edit_file" and ok and norm_path(f.args[i].get("path")) == d.target \
