@@ -1037,9 +1037,11 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             unmeasured |= carried_edits
         else:
             carried_edits = set()
-        # (round 13) an edit of a config that no run has carried out by the next eval is not measured by it either
-        # (`drop_duplicates: false`, then an eval of the unchanged selection): the eval after the re-run is its judge
-        idle_edits = {k for k in window if k < pos1 < f.n and f.tools[k] in ("edit_file", "create_file") and f.writes[k]
+        # (round 13) an edit of a config that no run has carried out by the next eval, which scores as the one before,
+        # was not measured by it (`drop_duplicates: false`, then an eval of the unchanged selection): the eval after
+        # the re-run is its judge
+        idle_edits = {k for k in window if abs(s1 - s0) < p.regression_min_drop  # (the eval showed no change)
+                      and k < pos1 < f.n and f.tools[k] in ("edit_file", "create_file") and f.writes[k]
                       and f.eval_inputs and not _feeds_eval(f, k)
                       and norm_path(f.args[k].get("path")).endswith((".yaml", ".yml", ".json", ".toml", ".ini", ".cfg"))
                       and not any(f.writes[m] and f.tools[m] == "run_command" for m in range(k + 1, min(pos1, f.n)))}
