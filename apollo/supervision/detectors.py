@@ -1160,7 +1160,8 @@ def _shape(cmd: str) -> str:
                     for k, t in enumerate(toks))
 
 
-_RM_ONLY_RE = re.compile(r"^\s*rm\s+(?:-\w+\s+)*((?:[^\s;&|]+\s*)+)$")
+# (one unambiguous token list: `(?:[^\s;&|]+\s*)+` backtracked exponentially on a long `rm … && …` line)
+_RM_ONLY_RE = re.compile(r"^\s*rm\s+(?:-\w+\s+)*([^\s;&|]+(?:\s+[^\s;&|]+)*)\s*$")
 
 
 def _only_removes(f: Facts, i: int) -> bool:
