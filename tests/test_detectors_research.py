@@ -1422,3 +1422,12 @@ def test_round_13_a_config_edit_is_judged_by_the_eval_after_its_rerun():
              st("sleep", {"seconds": 3000}, "Slept 3000 s."), run("python scripts/dev_sum.py --ckpt outputs/s2"), ev()]
     evals = [EvalRecord(step=2, score=46.0), EvalRecord(step=5, score=45.7), EvalRecord(step=11, score=31.9)]
     assert list(drops(traj(*steps, desc=desc, facts=facts, evals=evals), "performance_regression")) == [4]
+
+
+def test_a_long_rm_and_chain_does_not_hang_the_regression_detector():
+    """The rm-only pattern once backtracked exponentially (a 16-character path after `rm -rf`, then `&& ls`: 10 s; a
+    longer one hung the twelfth set's report): the pattern is one unambiguous token list (pytest's timeout fails a hang)."""
+    from apollo.supervision.detectors import _RM_ONLY_RE
+
+    assert _RM_ONLY_RE.match("rm -rf outputs/" + "x" * 200 + " && ls outputs") is None
+    assert _RM_ONLY_RE.match("rm -rf outputs/a outputs/b/* ").group(1).split() == ["outputs/a", "outputs/b/*"]
