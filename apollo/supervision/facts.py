@@ -964,7 +964,13 @@ class Facts:
         if not self.oks[i]:
             return False
         if tool in ("check_session_idle", "get_session_output", "kill_session_processes"):
-            return self.session(i) == job.session and any(k in text for k in SESSION_DONE)
+            if self.session(i) != job.session:
+                return False
+            if any(k in text for k in SESSION_DONE):
+                return True
+            # (round 14) the job's own output ends with its done line ("[sft_trainer] done"), whatever the session says
+            body = [ln for ln in STATUS_RE.sub("", ECHO_RE.sub("", text)).splitlines() if ln.strip()]
+            return tool == "get_session_output" and bool(body) and DONE_LINE_RE.search(body[-1]) is not None
         if tool == "run_command" and not self.background(i) and self.session(i) == job.session:
             return True  # a foreground command ran in that session: it was free
         seen = self.viewed_paths(i)
