@@ -311,7 +311,7 @@ def signature(doc: str) -> Signature | None:
         t = toks[k]
         if t.startswith("-"):
             mv = toks[k + 1] if k + 1 < len(toks) and not toks[k + 1].startswith("-") and \
-                re.match(r"^[A-Z][A-Z0-9_|]*$|^[\w.-]+\|[\w.|-]+$|^[\w./-]+$|^<[\w./-]+>$", toks[k + 1]) else ""
+                re.match(r"^[A-Z][A-Z0-9_|]*$|^[\w.-]+\|[\w.|-]+$|^[\w./-]+(?:,[\w./-]+)*$|^<[\w./-]+>$", toks[k + 1]) else ""
             flags.append((t.split("=", 1)[0], mv))
             k += 2 if mv else 1
             continue
@@ -338,7 +338,7 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
                               r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$)")
 # where the argument list of such a usage ends: a word of prose, a section label ("DESCRIPTION", "does:")
-_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
+_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]+(?:,[\w./-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
                              r"\{[\w,|.-]+\})\]*")
 _NOT_METAVAR = frozenset({"DESCRIPTION", "OPTIONS", "NAME", "SYNOPSIS", "EXAMPLES", "EXAMPLE", "FLAGS", "NOTES", "ARGUMENTS",
                           "USAGE"})
@@ -360,8 +360,9 @@ def _marked_usage(doc: str) -> str | None:
         for t in re.split(r"\s{3,}", rest, maxsplit=1)[0].split():  # (a wide gap ends a usage column)
             if t == "-h" or t == "[-h]":
                 continue
-            quoted = t.endswith(('"', '",', "'", "',"))  # the end of a quoted usage ("run": "bash x.sh [--tp 2]")
-            t = t.rstrip("\"',") if quoted else t
+            quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>'))  # the end of a quoted usage ("run": "bash x.sh
+            # [--tp 2]", an XML attribute usage="… OUTDIR">)
+            t = t.rstrip("\"',/>") if quoted else t
             if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
                 break
             toks.append(t)
