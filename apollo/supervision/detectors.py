@@ -1841,6 +1841,8 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
     stated = [d for d in (job_duration(f.description, s) for s in f.script_runs(job.step)) if d]
     if stated:  # the task says how long this job runs: waiting out means most of that ("about 90 minutes"),
         wait_s = STATED_WAIT_SHARE * max(stated)  # and a 4-minute selection is waited out by a 260-s sleep
+    elif (seen := _observed_duration(f, job)) is not None:
+        wait_s = min(wait_s, seen)  # (round 14) an earlier run of the same script ended within that much sleep
     total, last = 0.0, None
     for k in range(job.step + 1, i):
         if f.tools[k] == "sleep" and f.oks[k]:
@@ -1853,6 +1855,33 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
         return False
     return not any(f.session(k) == sid and _RUNNING_RE.search(f.obs[k]) for k in range(last + 1, i)
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
+
+
+def _observed_duration(f: Facts, job: Any) -> float | None:
+    """Seconds slept between an earlier background run of ``job``'s script and the step where that run was seen
+    done or its output read (the trajectory's own measure of how long the script takes); None: no such run."""
+    runs = set(f.script_runs(job.step))
+    best = None
+    for j in range(job.step):
+        if not (runs and f.background(j) and f.oks[j] and runs & set(f.script_runs(j))):
+            continue
+        slept = 0.0
+        for k in range(j + 1, job.step):
+            if not any(x.step == j for x in f.jobs_before[k + 1]):
+                if f.tools[k] == "kill_session_processes" or (f.background(k) and f.session(k) == f.session(j)):
+                    break  # stopped or replaced: no measure of its length
+                best = slept if best is None else min(best, slept)
+                break
+            if f.tools[k] == "sleep" and f.oks[k]:
+                slept += _secs(f, k)
+    return best if best else None
+
+
+def _secs(f: Facts, k: int) -> float:
+    try:
+        return float(f.args[k].get("seconds", 0))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 @per_step
