@@ -1332,6 +1332,7 @@ _NGPU_POS_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|WORLD_SIZE|NP
 _TP_ARG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)(?:=|\s+)(\d+)")
 _DP_ARG_RE = re.compile(r"--(?:data[_-]parallel(?:[_-]size)?|dp|(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
 _GPU_ENV_RE = re.compile(r"(?:^|[\s;&(])(N_?GPUS?|NUM_GPUS|GPUS|NGPU|NPROC(?:_PER_NODE)?|WORLD_SIZE)=(\d+)\s")
+_REPLICAS_TP_ENV_RE = re.compile(r"(?:^|[\s;&(])(REPLICAS|TP)=(\d+)(?=\s)")
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
 _LAUNCHER_RE = re.compile(r"\b(?:torchrun|deepspeed|accelerate\s+launch|python3?\s+-m\s+torch\.distributed\.\w+)\b")
 _GPU_JOB_RE = re.compile(r"(?i)(?:train|finetun|fine_tun|sft|dpo|ppo|grpo|rlhf|pretrain|distill|infer|generat|"
@@ -1405,6 +1406,10 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     tp, dp = _TP_ARG_RE.findall(cmd), _DP_ARG_RE.findall(cmd)
     if tp and dp:
         counts.append(max(map(int, tp)) * max(map(int, dp)))  # --tp 4 --dp 2: two replicas of four GPUs
+    if "=" in cmd and (rt := _REPLICAS_TP_ENV_RE.findall(cmd)):  # (round 14) `REPLICAS=2 TP=4 bash serve.sh`: 8 GPUs
+        env_vals = dict(rt)
+        if "REPLICAS" in env_vals and "TP" in env_vals:
+            counts.append(int(env_vals["REPLICAS"]) * int(env_vals["TP"]))
     if _LAUNCHER_RE.search(cmd):
         return True, max(counts) if counts else None
     runs = f.script_runs(i)
