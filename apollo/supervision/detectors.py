@@ -78,6 +78,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     GPU_DOC_RE,
     Gated,
     code_outputs,
+    writes_files,
     covers,
     script_args,
     doc_says,
@@ -1904,12 +1905,16 @@ def _feeds_eval(f: Facts, i: int) -> bool:
         # runs names its outputs (round 12: `cat … > mix.jsonl && train.sh mix.jsonl outputs/sft_r2` writes no
         # evaluated output until an export copies it to outputs/final)
         runs = f.script_runs(i)
-        if not runs or SED_I_RE.search(f.command(i)) or CP_RE.search(f.command(i)):
+        cmd = f.command(i)
+        if SED_I_RE.search(cmd) or CP_RE.search(cmd):
             return True
+        if not runs:  # (round 14) a here-document or one-liner whose code writes no file, with no redirect, prints
+            progs = inline_programs(cmd)
+            return not (progs and not f.redirects(i) and not any(map(writes_files, progs)))
         outs = list(f.written_paths(i))
         for s in runs:
             o, known = f.script_outputs(i, s)
-            if not known or not o or any(x not in f.command(i) for x in o):
+            if not known or (o and any(x not in cmd and not any(covers(x, e) for e in f.eval_inputs) for x in o)):
                 return True  # (a default output the line names, logs, says nothing of its checkpoints)
             outs += o
         return any(covers(w, e) or covers(e, w) for w in outs for e in f.eval_inputs)

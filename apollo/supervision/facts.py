@@ -212,7 +212,7 @@ def _task_outputs(description: str) -> frozenset[str]:
     return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
 
 
-_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild", re.IGNORECASE)
+_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild|\breplaces\b|\binstalls\b", re.IGNORECASE)
 
 
 _TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
@@ -477,15 +477,17 @@ _LIT_WRITE_RE = re.compile(r"open\(\s*[fr]?['\"]([^'\"{}]+)['\"]\s*,\s*['\"][wa]
 
 
 _DEFAULT_OUT_RE = re.compile(r"(?i)\bdefaults?\b[^`]{0,20}`((?:outputs?|results?)/[^`\s]+)`|\b(?:writes|saves)\b[^.;`]{0,40}"
-                             r"(?:under|to|in(?:to)?)\s+`((?:outputs?|results?)/[^`\s]+)`")
+                             r"(?:under|to|in(?:to)?)\s+`((?:outputs?|results?)/[^`\s]+)`"
+                             # (round 14) "replaces `outputs/final/` with the weights of DIR", "installs DIR as outputs/final"
+                             r"|\b(?:replaces|overwrites|fills|installs\s+\S+\s+as)\s+`?((?:outputs?|results?)/[\w./-]+)")
 
 
 def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
     """Output paths a script's line gives as its defaults, ``<name>`` filled with the command's ``--name``
     value; [] when the line names none or a placeholder has no value."""
     out = []
-    for a, b in _DEFAULT_OUT_RE.findall(doc):
-        tmpl = a or b
+    for a, b, c in _DEFAULT_OUT_RE.findall(doc):
+        tmpl = (a or b or c).rstrip("/.")
         names = re.findall(r"<([\w-]+)>", tmpl)
         vals = {n: flags.get(f"--{n}") or flags.get(f"--{n.replace('_', '-')}") for n in names}
         if any(not v for v in vals.values()):
@@ -494,6 +496,17 @@ def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
             tmpl = tmpl.replace(f"<{n}>", v)
         out.append(norm_path(tmpl))
     return [p for p in out if p]
+
+
+_ANY_WRITE_RE = re.compile(r"""open\([^)]*['"][wax]b?\+?['"]|\bmode\s*=\s*['"][wax]|\.to_(?:parquet|json|csv|pickle|feather)\(|json\.dump\(|"""
+                           r"""\b(?:np|numpy|torch|pickle|joblib)\.(?:save|dump)\w*\(|save_pretrained\(|save_to_disk\(|\.write(?:lines)?\(|"""
+                           r"""\bshutil\.|\bos\.(?:rename|replace|remove|makedirs|mkdir)|\bsubprocess\b|\bos\.system\(|\.savefig\(""")
+
+
+def writes_files(code: str) -> bool:
+    """The program may write a file (an open for writing, a dataframe or model save, a subprocess): False only
+    for code that reads and prints."""
+    return bool(_ANY_WRITE_RE.search(code))
 
 
 def code_outputs(code: str, argv: list[str]) -> list[str] | None:
@@ -870,6 +883,8 @@ class Facts:
         cmd = self.command(i)
         outs = [p for p in self.written_paths(i) if p not in self.redirects(i)]
         known = bool(outs)
+        if not outs and not self.script_runs(i) and (progs := inline_programs(cmd)) and not any(map(writes_files, progs)):
+            known = True  # (round 14) a here-document that only reads and prints (a generation probe) writes nothing
         for s in self.script_runs(i):
             o, k = self.script_outputs(i, s)
             outs += [p for p in o if p not in outs]
