@@ -727,6 +727,10 @@ def one_at_a_time(code: str) -> str | None:
     concurrent = bool(_CONCURRENT_RE.search(code))
     gathers = bool(_GATHER_RE.search(code))
     gpu_model = bool(_GPU_CODE_RE.search(code)) or ".to('cuda')" in code or '.to("cuda")' in code
+    # (round 14) a transformers pipeline object (`pipe = pipeline("text-generation", …)`) called once per item
+    pipes = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+             and isinstance(n.value.func, ast.Name) and n.value.func.id == "pipeline"
+             for t in n.targets if isinstance(t, ast.Name)} if hf and "pipeline(" in code else set()
     for loop in ast.walk(tree):
         if isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             # a comprehension: its element is done once per item
@@ -740,6 +744,8 @@ def one_at_a_time(code: str) -> str | None:
         else:
             continue
         for node in (n for b in body for n in ast.walk(b)):
+            if pipes and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in pipes:
+                return f"calls the transformers pipeline {node.func.id}() once per sample inside a loop"
             if isinstance(node, ast.Await) and isinstance(node.value, ast.Call) and not gathers \
                     and isinstance(loop, (ast.For, ast.AsyncFor)) and not _counts_turns(loop):
                 return f"awaits {ast.unparse(node.value.func)}() for each item in turn (no gather, no tasks)"
@@ -792,7 +798,7 @@ def _counts_turns(loop: Any) -> bool:
 
 _SHELL_LOOP_RE = re.compile(r"(?s)\b(?:for|while)\b[^\n;]*;\s*do\b(.*?)\bdone\b")
 _SHELL_PARALLEL_RE = re.compile(r"\bxargs\b[^|;]*\s-P\s*\d|\bparallel\b|&\s*(?:;|$|\n|done)")
-_CURL_SERVER_RE = re.compile(r"\bcurl\b[^|;]*\bhttps?://")
+_CURL_SERVER_RE = re.compile(r"\bcurl\b[^|;]*(?:\bhttps?://|\b(?:localhost|127\.0\.0\.1):\d+/)")
 
 
 def _runs_in_parallel(cmd: str, loop: re.Match, body: str) -> bool:
@@ -805,12 +811,12 @@ def inline_one_at_a_time(cmd: str) -> str | None:
     """How a command generates one sample at a time by itself (None: it does not): the code of a
     ``python -c`` one-liner that loops (:func:`one_at_a_time`), or a shell loop whose every iteration sends
     one request or runs one generation, with nothing in parallel."""
-    if "-c" not in cmd and "do" not in cmd:
+    if "-c" not in cmd and "do" not in cmd and "<<" not in cmd:
         return None
     for code in inline_programs(cmd):
         how = one_at_a_time(code)
         if how:
-            return f"(a python -c one-liner) {how}"
+            return f"({'a here-document' if '<<' in cmd and '-c' not in cmd else 'a python -c one-liner'}) {how}"
     for m in _SHELL_LOOP_RE.finditer(cmd):
         body = m.group(1)
         if _runs_in_parallel(cmd, m, body):
