@@ -399,7 +399,7 @@ def _serial_judge_of(f: Facts, path: str) -> str | None:
     return None
 
 
-def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = ()) -> str | None:
+def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = (), heredoc: bool = False) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
     other: ``decon.py`` / ``decontaminate.py``), by the words of the provided script's line (every word
@@ -438,7 +438,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
                 continue
             # it writes a file named for what the script is for (pii.tsv / pii_scan.py)
             theirs = {w for w in _name_words(s) if len(w) >= 3}
-            if f.scripts.get(s) and "train" not in _function_words(s) and not re.search(r"(?i)\btrain", doc) \
+            if f.scripts.get(s) and "train" not in _function_words(s) and not re.search(r"(?i)\btrain", doc) and not heredoc \
                     and any(_name_words(w) and _name_words(w) <= theirs for w in writes):
                 return s  # (a file named for a trainer is its data: train_longctx.sh / longctx_train.jsonl)
             # it reads, and works through, the input file the script's line names (data/probe_rewrites.jsonl)
@@ -447,6 +447,14 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             # it reads a run's file under the folder the line names with a placeholder (`score_dev.py outputs/dev/NAME`
             # and a one-liner over outputs/dev/chunks_v1/answers.jsonl) and prints a score
             if reads and _PRINTS_SCORE_RE.search(content) and any(rx.match(r) for rx in _placeholder_dirs(doc) for r in reads):
+                return s
+            # (round 14) it reads the file the line names and prints the metrics the line says the script reports
+            # ("score_dev.py outputs/dev_preds.jsonl (exact match, edit similarity)" and a one-liner printing EM/ES)
+            if reads and any(r in doc for r in reads if "/" in r) and (mine := _metrics(_printed(content))) \
+                    and mine <= _metrics(doc.replace("_", " ")):
+                return s
+            # (round 14) it writes the field the line says the script adds ("adds ``judge_ok``", "(agree, 0-3)")
+            if works and any(re.search(rf"""["']{re.escape(k)}["']\s*(?:\]\s*=(?!=)|:)""", content) for k in _doc_fields(doc)):
                 return s
             sig = _option_words(f, s)
             if len(sig) >= 3 and writes:
@@ -489,6 +497,20 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
 _CAMEL_RE = re.compile(r"\b[A-Z][a-z]{2,}[A-Z][A-Za-z]+\b")  # a method's or library's name in a script's line (MinHash)
 _CAMEL_STOP = frozenset({"DataFrame", "HuggingFace", "PyTorch", "GitHub", "JavaScript", "TypeScript", "LaTeX", "OpenAI",
                          "ChatGPT", "JupyterLab", "PyPI", "NumPy", "SciPy", "FastAPI"})
+_DOC_FIELD_RE = re.compile(r"\badds?\s+`{1,2}([a-z]\w*)`{1,2}|\b(?:column|field|key)s?\s+`{0,2}([a-z]+_\w+)`{0,2}"
+                           r"|\(\s*([a-z]+(?:_[a-z]+)*)\s*,\s*\d+\s*-\s*\d+\s*\)")
+
+
+def _doc_fields(doc: str) -> set[str]:
+    """Record fields a provided script's line says it adds ("adds ``judge_ok``", "column dup_of", "(agree, 0-3)")."""
+    return {next(g for g in m if g) for m in _DOC_FIELD_RE.findall(doc)}
+
+
+def _printed(code: str) -> str:
+    """The literal text a program prints (its print/format strings)."""
+    return " ".join(a or b for a, b in _PRINTED_RE.findall(code)).replace("_", " ")
+
+
 _VLLM_GEN_CODE_RE = re.compile(r"\bLLM\(.*?\.generate\(", re.DOTALL)
 _SAMPLER_DOC_RE = re.compile(r"(?i)\bvllm\b[^.]*?\boffline\b|\boffline\b[^.]*?\bvllm\b")
 
@@ -625,9 +647,10 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
                 got[i] = (runs[0], files[runs[0]])
             elif not f.script_runs(i) and (s := _copy_in_place_of(f, i)):
                 got[i] = ("cp", s)  # (round 13) `cp -r outputs/r1/* outputs/final/` where export.sh "Replaces outputs/final/"
-            elif "-c" in f.command(i) and not f.script_runs(i):  # a python -c one-liner doing a provided script's job
+            elif ("-c" in f.command(i) or "<<" in f.command(i)) and not f.script_runs(i):  # a one-liner or here-document doing a provided script's job
+                heredoc = "<<" in f.command(i) and "-c" not in f.command(i)
                 for code in inline_programs(f.command(i)):
-                    s = own_version_of(f, INLINE, code, f.redirects(i))
+                    s = own_version_of(f, INLINE, code, f.redirects(i), heredoc)
                     if s:
                         got[i] = ("python -c one-liner", s)
                         break
