@@ -332,7 +332,7 @@ def signature(doc: str) -> Signature | None:
 _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[Uu]sage|USAGE|SYNOPSIS|[Ss]ynopsis)\s*:?|(?:^|\s)\$)\s+"
                               # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
-                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
+                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])\"(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
                               r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               # (round 12) the line opens with its usage, prose follows ("bash x.sh CONFIG OUTDIR Fine-tunes …")
                               r"|^\s*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s))"
@@ -362,9 +362,9 @@ def _marked_usage(doc: str) -> str | None:
         for t in re.split(r"\s{3,}", rest, maxsplit=1)[0].split():  # (a wide gap ends a usage column)
             if t == "-h" or t == "[-h]":
                 continue
-            quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>'))  # the end of a quoted usage ("run": "bash x.sh
+            quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>', "}", '"]'))  # the end of a quoted usage ("run": "bash x.sh
             # [--tp 2]", an XML attribute usage="… OUTDIR">)
-            t = t.rstrip("\"',/>") if quoted else t
+            t = t.rstrip("\"',/>}]") if quoted else t
             if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
                 break
             toks.append(t)

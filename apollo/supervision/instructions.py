@@ -1150,7 +1150,13 @@ def _left_default(f: Facts, i: int, d: Directive) -> tuple[str, str] | None:
         if sig is None or not _text_names_script(d.text, s):
             continue
         for flag, mv in sig.flags:
-            if flag == d.target and mv and _norm_value(mv) != want and re.fullmatch(r"-?\d[\d.]*", mv):
+            if flag != d.target:
+                continue
+            if not (mv and re.fullmatch(r"-?\d[\d.]*", mv)):  # the default in the line's prose: "--k (default 3)"
+                m = re.search(rf"{re.escape(flag)}`?\}}?\s*\((?:the\s+)?default:?\s*(-?\d[\d.]*)\)|{re.escape(flag)}[^.;]{{0,40}}?\bdefaults?\s+"
+                              rf"(?:to|is)\s+(-?\d[\d.]*)", doc)
+                mv = (m.group(1) or m.group(2)).rstrip(".") if m else ""
+            if mv and _norm_value(mv) != want:
                 return mv, s
     return None
 
