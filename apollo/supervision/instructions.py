@@ -270,6 +270,8 @@ GPU_EXCLUSIVE_RE = re.compile(r"(?i)\bwhile\s+(?:a\s+|the\s+|any\s+)?(?:training
                               r"on\s+(?:the\s+)?(?:GPUs|cards)\s+while\s+(?:a\s+|the\s+)?(?:training|train|grpo|sft)\b")
 ALL_GPUS_RE = re.compile(r"(?i)\b(?:on|use|using|with|across|over)\s+all\s+(?:the\s+|of\s+the\s+)?(\d+|two|three|four|six|eight)\s+"
                          r"(?:GPUs|cards|devices|H100s|A100s)\b")
+# "run it on 4 GPUs please", "train on 2 cards": the GPUs a job is to take (at most: the rest are someone else's)
+CAP_GPUS_RE = re.compile(r"(?i)\b(?:run|train|launch|keep)\b[^.;!?]{0,30}?\bon\s+(?:only\s+)?(\d+|two|three|four|six)\s+(?:GPUs|cards)\b")
 _COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "for the selection: use --balance": a flag without a value, on for every later run of the scripts it belongs to
 FLAG_ON_RE = re.compile(r"(?i)\b(?:use|pass|add|with|turn\s+on|enable)\s+(--[\w-]+)(?![\w-])(?!\s*(?:=|[\d\'\"]|[a-z0-9_./-]+\b(?<!\bfor)"
@@ -849,6 +851,9 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     m = NO_CONCURRENT_RE.search(sent)
     if m:  # (round 12) "Please don't run two dev runs at the same time"
         res.append(d("no_concurrent", next(g for g in m.groups() if g).lower()))
+    m = CAP_GPUS_RE.search(sent) if not ALL_GPUS_RE.search(sent) else None
+    if m and (n := _gpu_count(m.group(1))):  # (round 14) "so whatever you train after the generation, run it on 4 GPUs please"
+        res.append(d("gpus_cap", "", {"v": str(n), "train": "1" if re.search(r"(?i)\btrain", sent) else ""}))
     m = ALL_GPUS_RE.search(sent)
     if m:
         n = _gpu_count(m.group(1))
