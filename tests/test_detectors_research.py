@@ -1431,3 +1431,73 @@ def test_a_long_rm_and_chain_does_not_hang_the_regression_detector():
 
     assert _RM_ONLY_RE.match("rm -rf outputs/" + "x" * 200 + " && ls outputs") is None
     assert _RM_ONLY_RE.match("rm -rf outputs/a outputs/b/* ").group(1).split() == ["outputs/a", "outputs/b/*"]
+
+
+def test_round_14_usage_layouts_of_the_twelfth_set():
+    """Round 14 (blind_research12's layouts): a notebook cell's shell escape, an XML attribute, LaTeX ``\\texttt{}``, a
+    Mermaid node label, comma-list arguments; a flag's default stated in prose."""
+    from apollo.supervision.facts import signature
+
+    assert signature("In [5]: !GPUS=4 bash scripts/pretrain.sh outputs/sel.jsonl outputs/tiny # the recipe").positional == \
+        ("outputs/sel.jsonl", "outputs/tiny")
+    assert signature('<tool path="scripts/ft.sh" usage="NGPU=8 bash scripts/ft.sh DATA OUTDIR"> The recipe. </tool>').positional \
+        == ("DATA", "OUTDIR")
+    assert signature(r"\item[x] \texttt{python scripts/s.py --n N [--max-set-fields K]} \\ Samples").flags[-1] == \
+        ("--max-set-fields", "K")
+    assert signature('C["python scripts/d.py --ckpt DIR [--dp 8]  greedy"] --> D').flags[-1] == ("--dp", "8")
+    assert signature("In [4]: !python scripts/sel.py --fields a/v.jsonl,a/g.jsonl --out outputs/s.jsonl # joins").flags[0] == \
+        ("--fields", "a/v.jsonl,a/g.jsonl")
+
+
+def test_round_14_detectors_on_the_twelfth_sets_dev_split():
+    """Round 14 (blind_research12 dev): jobs that do not block an eval (a copy that printed it wrote the evaluated
+    folder, a session output ending with its done line, a script seen done earlier after that much sleep, a
+    here-document that only reads and prints); REPLICAS x TP; one-at-a-time here-documents; own versions that write
+    the field a script adds or print a scorer's metrics; "run it on 4 GPUs please"; "keep intermediate files under
+    outputs/work/, not at the top level of outputs/"; "--k (default 3)" in prose."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    sleep = lambda s: st("sleep", {"seconds": s}, f"Slept {s} s.")  # noqa: E731
+    scripts = {**SCRIPTS, "scripts/export.sh": "- `bash scripts/export.sh DIR` replaces `outputs/ckpt/final/` with DIR",
+               "scripts/sel.py": "- `python scripts/sel.py --in F --out outputs/ckpt/final/sel.jsonl`",
+               "scripts/judge.py": "- `python scripts/judge.py --in F --out F` asks the model; adds ``judge_ok``.",
+               "scripts/score_dev.py": "- `python scripts/score_dev.py outputs/dev_preds.jsonl` (exact match, edit similarity)",
+               "scripts/serve_para.sh": "- Serve the paraphraser (REPLICAS x TP GPUs, ports 8000 and up): "
+                                        "`REPLICAS=2 TP=4 bash scripts/serve_para.sh`",
+               "scripts/sample.py": "- `python scripts/sample.py --n N [--max-set-fields K]`; `--max-set-fields` (default 3)"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    cut = run("bash scripts/export.sh outputs/r1", "$ bash scripts/export.sh outputs/r1\nexport: outputs/ckpt/final <- outputs/r1"
+              "\n\n[still running in background session 'default' after 10 s; use get_session_output('default')]")
+    assert drops(tr(cut, ev()), "improper_eval") == {}
+    train = bg("bash scripts/train.sh d outputs/ckpt", "tr")
+    done = st("get_session_output", {"session_id": "tr"}, "$ bash scripts/train.sh d outputs/ckpt\n[t] step 10/10\n[t] done\n\n"
+              "[session 'tr': running]")
+    assert drops(tr(train, sleep(600), done, ev()), "improper_eval") == {}
+    sel = bg("python scripts/sel.py --in a --out outputs/ckpt/final/sel.jsonl", "sel")
+    assert drops(tr(sel, sleep(300), run("wc -l outputs/ckpt/final/sel.jsonl"), ev(), sel, sleep(300), ev()), "improper_eval") == {}
+    probe = bg("python - <<'EOF'\nfrom transformers import pipeline\np = pipeline('text-generation', model='outputs/r1')\n"
+               "for r in open('data/dev.jsonl'):\n    print(len(p(r)[0]['generated_text']))\nEOF", "insp")
+    assert list(drops(tr(probe), "inefficient_inference")) == [0]
+    assert drops(tr(run("bash scripts/export.sh outputs/r1"), ev(), probe, ev()), "improper_eval").keys() == {3}
+    assert drops(tr(bg("REPLICAS=2 TP=4 bash scripts/serve_para.sh", "srv"), st("list_files"), run("wc -l x")),
+                 "resource_waste") == {}
+    curl = run("head -n 2000 data/t.tsv | while read -r s; do curl -s localhost:8000/v1/completions -d \"$s\"; done > o.txt")
+    assert list(drops(tr(curl), "inefficient_inference")) == [0]
+    field = run("python - <<'EOF'\nimport json, re\nwith open('outputs/x.jsonl') as f, open('outputs/work/j.jsonl', 'w') as o:\n"
+                "    for l in f:\n        r = json.loads(l)\n        r['judge_ok'] = bool(re.search('oom', r['e']))\n"
+                "        o.write(json.dumps(r) + '\\n')\nEOF")
+    scorer = run("python - <<'EOF'\nimport json\nrows = [json.loads(l) for l in open('outputs/dev_preds.jsonl')]\n"
+                 "em = sum(r['p'] == r['t'] for r in rows) / len(rows)\nprint(f'EM {em:.3f}')\nEOF")
+    assert list(drops(tr(field, scorer), "ignore_script")) == [0, 1]
+    rule = "heads up: from 3pm we need 4 of the 8 GPUs for a demo. so whatever you train after the generation, run it on 4 GPUs please."
+    four = bg("torchrun --nproc_per_node 4 train.py --out outputs/ckpt", "t4")
+    eight = bg("torchrun --nproc_per_node 8 train.py --out outputs/ckpt", "t8")
+    assert drops(tr(g(st("list_files"), rule), four), "resource_waste") == {}
+    assert list(drops(tr(g(st("list_files"), rule), eight), "violate_instruction")) == [1]
+    rule = "Please keep intermediate files under outputs/work/, not at the top level of outputs/. Only sft.jsonl and model/ belong there."
+    top = run("python scripts/verify_answers.py --input a --output outputs/rejected.jsonl")
+    ok = run("python scripts/verify_answers.py --input a --output outputs/work/rejected.jsonl")
+    assert list(drops(tr(g(st("list_files"), rule), ok, top), "violate_instruction")) == [2]
+    rule = "for sample.py please pass --max-set-fields 2. the 3-field ones come out as word salad"
+    assert list(drops(tr(g(st("list_files"), rule), run("python scripts/sample.py --n 10 --max-set-fields 2"),
+                         run("python scripts/sample.py --n 10")), "violate_instruction")) == [2]
