@@ -212,7 +212,7 @@ def _task_outputs(description: str) -> frozenset[str]:
     return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
 
 
-_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|->|\bproduc|\bgenerat|\bbuild|\breplaces\b|\binstalls\b", re.IGNORECASE)
+_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|(?<!-)->|\bproduc|\bgenerat|\bbuild|\breplaces\b|\binstalls\b", re.IGNORECASE)
 
 
 _TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
@@ -944,6 +944,8 @@ class Facts:
 
     def may_feed_eval(self, job: Job) -> bool:
         """The job may write what the evaluation reads (unknown outputs or unknown eval inputs: yes)."""
+        if job.outputs_known and not job.outputs:
+            return False  # (round 15) it writes nothing (a latency probe, a dev check that prints)
         if not job.outputs_known or not self.eval_inputs:
             return True
         return any(covers(o, e) for o in job.outputs for e in self.eval_inputs)
