@@ -999,6 +999,8 @@ class Facts:
         if job.outputs and tool in ("run_command", "list_files", "open_file") and not self.background(i) \
                 and not self.steps[i].observation.exit_code:  # (a crashed reader shows the output is not there yet)
             shown = ECHO_RE.sub("", text) if tool == "run_command" else text  # the output, not the command's echo
+            if tool == "run_command" and "<<" in self.command(i) and (hd := re.search(r"<<-?\s*['\"]?(\w+)", self.command(i))):
+                shown = shown.split("\n" + hd.group(1) + "\n", 1)[-1]  # (round 15) nor a here-document's echoed body
             names = [o for o in job.outputs if o in seen or (tool != "open_file" and os.path.basename(o) in shown)]
             return bool(names) and "No such file" not in text and "not found" not in text
         return False
