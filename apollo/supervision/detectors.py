@@ -345,6 +345,16 @@ def _doc_outputs(doc: str) -> list[re.Pattern[str]]:
     return out
 
 
+def _written_by_line(doc: str) -> list[re.Pattern[str]]:
+    """Of :func:`_doc_outputs`, the files the line's usage writes: its ``--out`` values where it has them, else the
+    last path (``train.sh outputs/train_aug.tsv outputs/parser`` reads the first and writes the second; round 15)."""
+    outs = _doc_outputs(doc)
+    if len(outs) <= 1:
+        return outs
+    flagged = _doc_outputs(" ".join(_OUT_ARG_RE.findall(doc)))
+    return flagged or outs[-1:]
+
+
 INLINE = "<python -c>"  # own_version_of's path for the program of a one-liner
 _DEV_READ_RE = re.compile(r"""open\(\s*[fr]?['"][^'"]*\b(?:dev|val|valid|validation)[\w.-]*\.(?:jsonl?|tsv|csv|txt)['"]""")
 _DEV_NAME_RE = re.compile(r"(?i)(?:^|[_/])(?:dev|eval|bench)(?:[_.]|$)")
@@ -432,7 +442,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         works = bool(writes) or bool(_WORK_CALL_RE.search(content))
         for s in f.scripts:
             doc = f.script_docs.get(s, "")
-            if writes and any(rx.match(w) for rx in _doc_outputs(doc) for w in writes):
+            if writes and any(rx.match(w) for rx in _written_by_line(doc) for w in writes):
                 return s
             if not f.scripts.get(s) and not _doc_outputs(doc) and not _DOC_PATH_RE.search(doc):
                 continue
@@ -441,8 +451,10 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             if f.scripts.get(s) and "train" not in _function_words(s) and not re.search(r"(?i)\btrain", doc) and not heredoc \
                     and any(_name_words(w) and _name_words(w) <= theirs for w in writes):
                 return s  # (a file named for a trainer is its data: train_longctx.sh / longctx_train.jsonl)
-            # it reads, and works through, the input file the script's line names (data/probe_rewrites.jsonl)
-            if works and any(r in doc for r in reads if "/" in r):
+            # it reads, and works through, the input file the script's line names (data/probe_rewrites.jsonl) — an
+            # input (not the file the line writes, `--out F`), and one no other provided script's line names (round 15)
+            if works and any("/" in r and r in _OUT_ARG_RE.sub("", doc)
+                             and sum(r in _OUT_ARG_RE.sub("", f.script_docs.get(o, "")) for o in f.scripts) == 1 for r in reads):
                 return s
             # it reads a run's file under the folder the line names with a placeholder (`score_dev.py outputs/dev/NAME`
             # and a one-liner over outputs/dev/chunks_v1/answers.jsonl) and prints a score
@@ -497,6 +509,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
 _CAMEL_RE = re.compile(r"\b[A-Z][a-z]{2,}[A-Z][A-Za-z]+\b")  # a method's or library's name in a script's line (MinHash)
 _CAMEL_STOP = frozenset({"DataFrame", "HuggingFace", "PyTorch", "GitHub", "JavaScript", "TypeScript", "LaTeX", "OpenAI",
                          "ChatGPT", "JupyterLab", "PyPI", "NumPy", "SciPy", "FastAPI"})
+_OUT_ARG_RE = re.compile(r"--out(?:put)?(?:[_-]\w+)?[= ]+\S+")
 _DOC_FIELD_RE = re.compile(r"\badds?\s+`{1,2}([a-z]\w*)`{1,2}|\b(?:column|field|key)s?\s+`{0,2}([a-z]+_\w+)`{0,2}"
                            r"|\(\s*([a-z]+(?:_[a-z]+)*)\s*,\s*\d+\s*-\s*\d+\s*\)")
 
@@ -650,7 +663,8 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             elif ("-c" in f.command(i) or "<<" in f.command(i)) and not f.script_runs(i):  # a one-liner or here-document doing a provided script's job
                 heredoc = "<<" in f.command(i) and "-c" not in f.command(i)
                 for code in inline_programs(f.command(i)):
-                    s = own_version_of(f, INLINE, code, f.redirects(i), heredoc)
+                    s = own_version_of(f, INLINE, code, () if heredoc else f.redirects(i), heredoc)  # (a redirect after a
+                    # here-document belongs to the next command of the line: `… EOF\ncat a b > train.tsv`)
                     if s:
                         got[i] = ("python -c one-liner", s)
                         break
