@@ -156,7 +156,7 @@ NO_TOUCH_KEY_IN_RE = re.compile(rf"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|ch
                                 rf"(?!(?:it|this|that|them|anything|everything|things|stuff|code|file|logic|lines?)\b)"
                                 rf"([A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9])`?\s+in\s+(?:the\s+file\s+)?`?{_PATH}")
 NO_TOUCH_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|modify|edit|alter|tune)\s+(?:the\s+|any\s+)?"
-                         r"(.+?)(?:\s+(?:settings?|values?|parameters?|hyperparameters?|knobs?))?\s*(?:[.;!]|$)")
+                         r"(.+?)(?:\s+(?:settings?|values?|parameters?|hyperparameters?|knobs?))?\s*(?:[.;!,]|\s+(?:they|it|as|since|because)\b|$)")
 # "Keep the learning rate at 2e-5", "keep the batch size at 64": a topic (see _TOPIC_KEYS), not a key name
 KEEP_TOPIC_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}?)\s+(?:at|to|=|equal\s+to)\s+{_NUM}"
                            rf"(?!\s*(?:%|examples|rows|pairs))")
@@ -1105,6 +1105,7 @@ _COUNT_TOKEN_RE = re.compile(r"(?<![=\w.,/])(\d[\d,]*)(?:/\d[\d,]*)?(?![\w.=])")
 
 
 _ENV_ASSIGN_RE = re.compile(r"(?:^|[;&(]\s*|&&\s*)(?:export\s+)?([A-Z][A-Z0-9_]*)=(-?\d[\d.e-]*)(?=\s)")
+_HYDRA_OVERRIDE_RE = re.compile(r"(?<=\s)\+{0,2}([a-z_]\w*(?:\.\w+)+)=(-?\d[\d.]*(?:e-?\d+)?)(?=\s|$)")
 _SED_SUB_RE = re.compile(r"\bsed\s+(?:-\w+\s+)*['\"]s([/|#,])(?:[^'\"]*?)\1([^'\"]*?)\1[gI]*['\"]")
 
 
@@ -1130,6 +1131,7 @@ def written_values(f: Facts, i: int) -> dict[str, list[float]]:
         pairs = [(k.replace("-", "_"), v) for k, v in _CMD_FLAG_RE.findall(cmd)]
         if "=" in cmd:  # `EPOCHS=2 bash scripts/train.sh …`: an environment variable the launcher reads
             pairs += [(k, v) for k, v in _ENV_ASSIGN_RE.findall(cmd)]
+            pairs += _HYDRA_OVERRIDE_RE.findall(cmd)  # (round 15) `run_grpo.sh cfg.yaml actor.kl_coef=0.0`
         if "sed" in cmd:  # `sed -i 's/^temperature: 0.7/temperature: 0.95/' f`: what the substitution writes
             for _, new in _SED_SUB_RE.findall(cmd):
                 pairs += _ASSIGN_RE.findall(new.replace("\\", ""))
@@ -1951,10 +1953,14 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
     return sorted(out)
 
 
+# (round 15: "keep rollout.n at 8 and please don't touch the KL settings" is two clauses)
+_G_CLAUSE_END_RE = re.compile(r"(?i);|\bbut\b|\bwhile\b|\bexcept\b|\band\s+(?:please\s+|pls\s+)?(?:don'?t|do\s+not|never|keep|leave)\b")
+
+
 def _g_clause(sent: str, pos: int) -> tuple[int, int]:
     """The clause around ``pos``: between the nearest ';' / ' but ' / sentence bounds."""
-    lo = max((m.end() for m in re.finditer(r";|\bbut\b|\bwhile\b|\bexcept\b", sent[:pos])), default=0)
-    m = re.search(r";|\bbut\b|\bwhile\b|\bexcept\b", sent[pos:])
+    lo = max((m.end() for m in _G_CLAUSE_END_RE.finditer(sent[:pos])), default=0)
+    m = _G_CLAUSE_END_RE.search(sent[pos:])
     return lo, (pos + m.start()) if m else len(sent)
 
 
