@@ -227,8 +227,10 @@ PLACE_UNDER_RE = re.compile(r"(?i)\bkeep\s+(?:\w+\s+){0,2}?files\s+(?:under|in|i
 # "Only rca_sft.jsonl and model/ belong there"
 ONLY_BELONG_RE = re.compile(r"(?i)\bonly\s+((?:`?[\w.-]+/?`?(?:,\s*|\s+and\s+)?)+)\s+belongs?\s+there")
 # "start every GRPO run from models/x-v2 (from now on)": training launches must start from that checkpoint
-START_FROM_RE = re.compile(rf"(?i)\bstart\s+(?:every|each|all|any|the\s+next|your)\s+(?:\w+\s+){{0,2}}?(?:runs?|trainings?|jobs?)\s+"
-                           rf"(?:from|off)\s+`?{_PATH}")
+START_FROM_RE = re.compile(rf"(?i)\bstart\s+(?:every|each|all|any|the\s+next|your)\s+(?:\w+\s+){{0,2}}?(?:runs?|trainings?|jobs?|"
+                           rf"fine-?tunings?)\s+(?:from|off)\s+`?{_PATH}")
+# (round 15) "data/dev.jsonl is reserved for scripts/devcheck.py", "data/dev_sets is for eval_retrieval.py only"
+RESERVED_RE = re.compile(rf"(?i)`?{_PATH}`?\s+(?:is|are)\s+(?:reserved\s+for|only\s+for|for)\s+(?:python\s+)?`?{_PATH}`?")
 # "Use the checkpoint outputs/warm/step2000 as the starting point for every run (set init_from in the config)"
 SET_KEY_PATH_RE = re.compile(rf"(?i)`?{_PATH}`?[^.;!?]*?\(\s*set\s+`?([A-Za-z_][\w.-]*)`?\s+(?:in|to)\b[^)]*\)")
 # "source 'kaggle-kernels' … Exclude them from the selection": the provided scripts' --exclude… flag with that name
@@ -555,6 +557,9 @@ def _extract(text: str) -> tuple[Directive, ...]:
             out.append(d("keep", m.group(2), {"v": norm_path(m.group(1)), "match": "exact", "word_value": "1"}))
         for m in ONLY_THROUGH_RE.finditer(sent):  # (round 13) "use data/dev.jsonl only through dev_sum.py"
             out.append(d("forbid_read", norm_path(m.group(1)), {"except": norm_path(m.group(2))}))
+        for m in RESERVED_RE.finditer(sent):  # (round 15) "data/dev.jsonl is reserved for scripts/devcheck.py"
+            if re.search(r"(?i)\breserved\b|\bonly\b", sent) and re.search(r"\.(?:py|sh)$", m.group(2)):
+                out.append(d("forbid_read", norm_path(m.group(1)), {"except": norm_path(m.group(2))}))
         for m in LEAVE_AS_IS_RE.finditer(sent):  # (round 13) "leave scripts/run_dev.py exactly as shipped"
             out.append(d("forbid_write", norm_path(m.group(1))))
         for verb, rx in _FORBID_CMD:  # (round 13) "copy the weights, do NOT symlink"
