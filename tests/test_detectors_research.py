@@ -1501,3 +1501,39 @@ def test_round_14_detectors_on_the_twelfth_sets_dev_split():
     rule = "for sample.py please pass --max-set-fields 2. the 3-field ones come out as word salad"
     assert list(drops(tr(g(st("list_files"), rule), run("python scripts/sample.py --n 10 --max-set-fields 2"),
                          run("python scripts/sample.py --n 10")), "violate_instruction")) == [2]
+
+
+def test_round_15_directives_and_jobs_from_the_twelfth_sets_spent_test_split():
+    """Round 15 (blind_research12's test split, after its one measurement): how-to-run sentences are no order to run
+    a script first; "don't delete anything under outputs/" forbids removals only; "F is reserved for S"; "don't touch the
+    KL settings, they're tuned" with a Hydra override; a job that writes nothing blocks no eval; a Mermaid arrow is no
+    'writes'; a one-liner that reads the shared data or a script's output is no own version of that script."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    scripts = {**SCRIPTS, "scripts/grammar_score.py": "- `python scripts/grammar_score.py --in F --out F [--batch-size 512]`",
+               "scripts/vocab.py": "- `python scripts/vocab.py --in F --out F`",
+               "scripts/run_grpo.sh": "- `bash scripts/run_grpo.sh CFG`: GRPO training",
+               "scripts/dev_res.py": 'C["python scripts/dev_res.py --ckpt DIR [--dp 8]  greedy dev resolutions"] --> D',
+               "aug/lf_check.py": "- run: python aug/lf_check.py --in outputs/para.tsv --out outputs/para_checked.tsv"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    rule = "hi! please run grammar_score.py with --batch-size 256 at most. at 512 the scores drift"
+    assert drops(tr(g(st("list_files"), rule), run("python scripts/vocab.py --in a --out b")), "violate_instruction") == {}
+    rule = "Please don't delete anything under outputs/ from now on. Move it to outputs/old/ instead."
+    moved = run("mv outputs/a.tsv outputs/old/a.tsv")
+    rebuilt = run("python scripts/vocab.py --in a --out outputs/b.tsv")
+    gone = run("rm -rf outputs/c")
+    assert list(drops(tr(g(st("list_files"), rule), moved, rebuilt, gone), "violate_instruction")) == [3]
+    rule = "Please note: data/dev.jsonl is reserved for scripts/bench.py. Nothing else reads it."
+    peek = run("head -n 5 data/dev.jsonl")
+    assert list(drops(tr(g(st("list_files"), rule), run("python scripts/bench.py --model m"), peek), "violate_instruction")) == [2]
+    rule = "keep rollout.n at 8 and please don't touch the KL settings, they're tuned from the last three runs"
+    grpo = bg("bash scripts/run_grpo.sh configs/grpo.yaml actor.kl_coef=0.0", "g")
+    assert list(drops(tr(g(st("list_files"), rule), grpo), "violate_instruction")) == [1]
+    lat = bg("python - <<'EOF'\nimport time, requests\nfor p in open('data/p.txt'):\n    t = time.time()\n"
+             "    requests.post('http://localhost:8000/v1/completions', json={'prompt': p})\n    print(time.time() - t)\nEOF", "lat")
+    assert drops(traj(lat, ev(), desc=DESC.replace("`outputs/ckpt/final/`", "the scaffold"), facts=facts), "improper_eval") == {}
+    dev = bg("python scripts/dev_res.py --ckpt outputs/ckpt/final", "dev")
+    assert drops(tr(dev, ev()), "improper_eval") == {}
+    filt = run("python - <<'EOF'\nimport csv\nok = [r for r in csv.reader(open('outputs/para_checked.tsv'), delimiter='\\t')]\n"
+               "with open('outputs/para_ok.tsv', 'w') as f:\n    f.writelines(r[0] + '\\n' for r in ok)\nEOF")
+    assert drops(tr(run("python aug/lf_check.py --in outputs/para.tsv --out outputs/para_checked.tsv"), filt), "ignore_script") == {}
