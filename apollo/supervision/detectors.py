@@ -1672,6 +1672,8 @@ def _same_run_again(f: Facts, i: int) -> int | None:
         return None
     cmd = f.command(i)
     runs = set(f.script_runs(i))
+    if not any(runs & set(f.script_runs(j)) for j in range(i) if f.tools[j] == "run_command"):
+        return None  # (the script never ran before: no twin to compare with)
     between: list[int] = []
     for j in range(i - 1, -1, -1):
         t = f.tools[j]
@@ -1976,7 +1978,7 @@ def _feeds_eval(f: Facts, i: int) -> bool:
         # evaluated output until an export copies it to outputs/final)
         runs = f.script_runs(i)
         cmd = f.command(i)
-        if SED_I_RE.search(cmd) or CP_RE.search(cmd):
+        if ("sed" in cmd and SED_I_RE.search(cmd)) or (("cp " in cmd or "mv " in cmd) and CP_RE.search(cmd)):
             return True
         if not runs:  # (round 14) a here-document or one-liner whose code writes no file, with no redirect, prints
             progs = inline_programs(cmd)
