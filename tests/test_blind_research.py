@@ -107,8 +107,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # e78e274; round 12 (tuned on its dev split only): 0.98 / 0.76 at 4e6e863
     ("blind_research11", None, 116, 0.93, 0.80),   # all 473 actions: 0.85 / 0.70 at e78e274 (round 10: 0.86 / 0.66; round 9:
                                                    # 0.85 / 0.65), 0.99 / 0.83 after round 12
-    ("blind_research12", None, 110, 0.70, 0.65),   # written and labeled after round 13, never tuned on: 0.74 / 0.70 on all
-                                                   # 467 actions at 06b0626 (round 11: 0.74 / 0.66)
+    ("blind_research12", "test", 55, 0.88, 0.78),  # written and labeled after round 13: 0.71 / 0.73 on the test split at
+                                                   # 06b0626; round 14 (tuned on its dev split only): 0.81 / 0.80 at 0bbc47c;
+                                                   # round 15 was then tuned on it: 0.94 / 0.84
+    ("blind_research12", None, 110, 0.92, 0.80),   # all 467 actions: 0.74 / 0.70 at 06b0626, held out (round 11: 0.74 / 0.66);
+                                                   # 0.97 / 0.85 after rounds 14-15
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
