@@ -1924,10 +1924,7 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
     total, last = 0.0, None
     for k in range(job.step + 1, i):
         if f.tools[k] == "sleep" and f.oks[k]:
-            try:
-                total += float(f.args[k].get("seconds", 0))
-            except (TypeError, ValueError):
-                continue
+            total += _secs(f, k)
             last = k
     if last is None or total < wait_s:
         return False

@@ -169,7 +169,7 @@ DOC_RE = re.compile(r"\.(md|rst|txt|log)$|(^|/)(notes?|NOTES?|README)(\.\w+)?$")
 CP_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])")
 PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
 _OUTPUT_ARG_GATE, _CP_GATE = Gated.derive(OUTPUT_ARG_RE), Gated.derive(CP_RE)
-_DONE_LINE_RE = re.compile(r"<-|->|\b(?:wrote|written|saved|exported|installed|copied)\b")
+_WROTE_LINE_RE = re.compile(r"<-|->|\b(?:wrote|written|saved|exported|installed|copied)\b")
 SED_I_RE = re.compile(r"\bsed\s+(?:-\w*\s+)*-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+(\S+)")
 TOKEN_SPLIT_RE = re.compile(r"[\s;&|<>()'\"]+")
 ECHO_RE = re.compile(r"^\$ .*$", re.MULTILINE)
@@ -1048,7 +1048,7 @@ class Facts:
         if is_false(self.args[i].get("wait_for_completion", True)) or not self.eval_inputs:
             return False
         shown = self.obs[i].split("\n", 1)[-1] if self.obs[i].startswith("$ ") else self.obs[i]
-        return bool(_DONE_LINE_RE.search(shown)) and any(e in shown for e in self.eval_inputs)
+        return bool(_WROTE_LINE_RE.search(shown)) and any(e in shown for e in self.eval_inputs)
 
     def unfinished_jobs(self, i: int) -> list[Job]:
         """Jobs (servers excluded) launched in the background before step ``i`` and not *seen* finished
