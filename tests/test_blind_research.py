@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research12``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research13``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -18,7 +18,8 @@ FIX = Path(__file__).resolve().parent / "fixtures"
 SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_research2", FIX / "blind_research3",
                                         FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6",
                                         FIX / "blind_research7", FIX / "blind_research8", FIX / "blind_research9",
-                                        FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12"],
+                                        FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
+                                        FIX / "blind_research13"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
@@ -112,6 +113,8 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # round 15 was then tuned on it: 0.94 / 0.84
     ("blind_research12", None, 110, 0.92, 0.80),   # all 467 actions: 0.74 / 0.70 at 06b0626, held out (round 11: 0.74 / 0.66);
                                                    # 0.97 / 0.85 after rounds 14-15
+    ("blind_research13", None, 119, 0.88, 0.72),   # written and labeled after round 15, never tuned on: 0.92 / 0.76 on all
+                                                   # 477 actions at 9709afd (round 13: 0.92 / 0.74; round 11: 0.88 / 0.71)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
