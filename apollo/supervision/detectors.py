@@ -914,12 +914,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     cmd = f.command(i)
     if not _SMALL_ARG_RE.search(cmd):
         return None
-    for s in f.script_runs(i):
-        doc = f.script_docs.get(s)
-        sig = signature(doc) if doc else None
-        if sig is None:
-            continue
-        _, flags = script_args(cmd, s, sig)
+    for s, sig, _, flags in f.script_calls(i):
+        doc = f.script_docs[s]
         for fl, default in sig.flags:
             got = flags.get(fl) or ""
             if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and got.isdigit() and (

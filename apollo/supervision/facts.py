@@ -900,6 +900,20 @@ class Facts:
         return bool(SERVER_RE.search(cmd)) or any(doc_says(SERVER_DOC_RE, self.script_docs.get(s, ""))
                                                  for s in self.script_runs(i))
 
+    @per_step
+    def script_calls(self, i: int) -> tuple[tuple[str, Signature, tuple[str, ...], dict[str, str]], ...]:
+        """(script, its usage line's signature, the positional values and the flags the command passes) of each
+        provided script run ``i`` runs whose line shows a usage."""
+        out = []
+        cmd = self.command(i)
+        for s in self.script_runs(i):
+            doc = self.script_docs.get(s)
+            sig = signature(doc) if doc else None
+            if sig is not None:
+                pos, flags = _script_args(cmd, s, sig)
+                out.append((s, sig, pos, dict(flags)))
+        return tuple(out)
+
     def script_outputs(self, i: int, script: str) -> tuple[list[str], bool]:
         """(files, known) that running ``script`` at step ``i`` writes: from the provided script's usage
         line (OUT arguments, --output flags) or the agent's own script's code (literal paths, sys.argv).

@@ -98,7 +98,7 @@ from functools import lru_cache
 from typing import Any
 
 from apollo.supervision.facts import (CP_RE, SED_I_RE, TOKEN_SPLIT_RE, Facts, is_false, norm_path, per_step, same_script,
-                                      script_args, short, signature)
+                                      short)
 
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
@@ -1140,13 +1140,9 @@ def written_values(f: Facts, i: int) -> dict[str, list[float]]:
         if "sed" in cmd:  # `sed -i 's/^temperature: 0.7/temperature: 0.95/' f`: what the substitution writes
             for _, new in _SED_SUB_RE.findall(cmd):
                 pairs += _ASSIGN_RE.findall(new.replace("\\", ""))
-        for s in f.script_runs(i):  # a provided script's upper-case positional (`serve.sh [TP]`): `serve.sh 2` sets TP 2
-            doc = f.script_docs.get(s)
-            sig = signature(doc) if doc else None
-            if sig is not None and sig.positional:
-                pos, _ = script_args(cmd, s, sig)
-                pairs += [(n, v) for n, v in zip(sig.positional, pos) if re.match(r"^[A-Z][A-Z0-9_]*$", n)
-                          and re.match(r"^-?\d+(?:\.\d+)?$", v)]
+        for _, sig, pos, _ in f.script_calls(i):  # a provided script's upper-case positional (`serve.sh [TP]`): `serve.sh 2`
+            pairs += [(n, v) for n, v in zip(sig.positional, pos) if re.match(r"^[A-Z][A-Z0-9_]*$", n)  # sets TP 2
+                      and re.match(r"^-?\d+(?:\.\d+)?$", v)]
     else:
         pairs = []
     for k, v in pairs:
@@ -1174,11 +1170,10 @@ def _left_default(f: Facts, i: int, d: Directive) -> tuple[str, str] | None:
     """(default, script) where run ``i`` leaves the flag of a ``flag`` directive out of a provided script whose
     usage line shows it with another default, and the message names that script."""
     want = _norm_value(d.values["v"])
-    for s in f.script_runs(i):
-        doc = f.script_docs.get(s)
-        sig = signature(doc) if doc else None
-        if sig is None or not _text_names_script(d.text, s):
+    for s, sig, _, _ in f.script_calls(i):
+        if not _text_names_script(d.text, s):
             continue
+        doc = f.script_docs[s]
         for flag, mv in sig.flags:
             if flag != d.target:
                 continue
@@ -1221,12 +1216,7 @@ def _omitted_defaults(f: Facts, i: int) -> dict[str, tuple[float, str]]:
     holds it to its bound where the message names that script)."""
     out: dict[str, tuple[float, str]] = {}
     cmd = f.command(i)
-    for s in f.script_runs(i):
-        doc = f.script_docs.get(s)
-        sig = signature(doc) if doc else None
-        if sig is None:
-            continue
-        _, given = script_args(cmd, s, sig)
+    for s, sig, _, given in f.script_calls(i):
         for flag, mv in sig.flags:
             v = _num(mv) if mv and re.fullmatch(r"-?\d[\d,]*(?:\.\d+)?[kK]?", mv) else None
             if v is not None and flag not in given and not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", cmd):
