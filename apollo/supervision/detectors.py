@@ -1605,8 +1605,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) \
-                    and not f.is_server(i) and not any(_short_check(f, s) and not _lowers_gpu_flag(
-                        f.command(i), s, signature(f.script_docs[s]) if s in f.script_docs else None) for s in runs) \
+                    and not f.is_server(i) and not any(_short_check(f, s) for s in runs if s not in _lowered_gpu_flags(f, i)) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)
                 busy = 0
@@ -1618,7 +1617,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                     g, u = gpu_job(f, j.step)
                     busy += (u or pool) if g or j.server else 0
                 free = max(0, pool - busy)
-                if (cap := _gpu_cap(f, i) if any(g.guidance for g in f.steps[:i + 1]) else None) is not None:
+                if (cap := _gpu_cap(f, i)) is not None:
                     free = min(free, cap)  # (round 14) the GPUs it was told to keep to are all it may use
                 if free >= 2 and used * 2 <= free:
                     out.append(_drop(i, "resource_waste",
@@ -1727,8 +1726,7 @@ def _lone_server(f: Facts, i: int, pool: int) -> str | None:
         return None
     # only where the provided script's line shows a larger default of the flag the command lowered ("[--replicas 2]"
     # run with --replicas 1): a server the agent sized below what the task ships (labelers split on others)
-    if env is None and not any(_lowers_gpu_flag(cmd, s, signature(f.script_docs[s])) for s in f.script_runs(i)
-                               if s in f.script_docs):
+    if env is None and not _lowered_gpu_flags(f, i):
         return None
     sid = f.session(i)
     for k in range(i + 1, f.n):
@@ -1764,13 +1762,12 @@ def _env_lowered_gpus(cmd: str, doc: str, pool: int) -> int | None:
     return None
 
 
-def _lowers_gpu_flag(cmd: str, script: str, sig: Any) -> bool:
-    """``cmd`` gives ``script`` a GPU-count flag (tp, dp, replicas, gpus, engines) below its usage line's default."""
-    if sig is None:
-        return False
-    _, given = script_args(cmd, script, sig)
-    return any(default.isdigit() and given.get(fl, "").isdigit() and int(given[fl]) < int(default)
-               and re.search(r"(?i)tp|tensor|dp|data|replica|gpus|engines", fl) for fl, default in sig.flags)
+def _lowered_gpu_flags(f: Facts, i: int) -> set[str]:
+    """The provided scripts run ``i`` gives a GPU-count flag (tp, dp, replicas, gpus, engines) below its usage line's
+    default (``serve.sh [--replicas 2]`` run with ``--replicas 1``, ``dev.py [--dp 8]`` with ``--dp 1``)."""
+    return {s for s, sig, _, given in f.script_calls(i)
+            if any(default.isdigit() and given.get(fl, "").isdigit() and int(given[fl]) < int(default)
+                   and re.search(r"(?i)tp|tensor|dp|data|replica|gpus|engines", fl) for fl, default in sig.flags)}
 
 
 def _gpu_holder(f: Facts, i: int, pool: int | None) -> Any:
