@@ -1581,3 +1581,46 @@ def test_round_16_gpu_ids_worker_caps_and_run_folders_from_the_thirteenth_sets_d
     run2 = bg("NPROC=4 bash scripts/train.sh configs/a.yaml outputs/run2", "t2")
     again = bg("NPROC=4 bash scripts/train.sh configs/a.yaml outputs/run1", "t3")
     assert list(drops(tr(run1, g(run2, keep), again), "violate_instruction")) == [2]
+
+
+def test_round_16_layouts_of_the_thirteenth_set_and_what_they_say():
+    """Round 16 (blind_research13's dev split): a MediaWiki "; Does :" line naming another file stays its script's; a
+    terminal log's "$ # comment" says what the next command does (its prose defaults: "--batch-size (default 256)"); a
+    shell alias and a Snakefile `shell:` line are usages (`# append DIR`, `{W}`); "W at a time" makes `--workers 1`
+    serial; a copy or a library's merge tool into the evaluated folder that a provided script "copies … to" or "merges
+    … into" is that script's job."""
+    from apollo.env.tasks import provided_scripts
+    from apollo.supervision.facts import signature
+
+    wiki = "## Scripts\n== scripts/export.sh ==\n; Usage : <code>bash scripts/export.sh CKPT</code>\n" \
+           "; Does : copies CKPT/final and a snapshot of src/span_loss.py to outputs/model/.\n"
+    got = provided_scripts(wiki)
+    assert "copies CKPT/final" in got["scripts/export.sh"] and "copies" not in got.get("src/span_loss.py", "")
+    log = "## Scripts\n```console\nops@gpu01:/workspace$ python scripts/prep.py --in a\n[prep] done\n" \
+          "ops@gpu01:/workspace$ # 1. empathy: --gpus N (default 8), --batch-size (default 256). ~40 min\n" \
+          "ops@gpu01:/workspace$ python scripts/score.py --in data/pool.jsonl --out outputs/s.jsonl --gpus 8\n```\n"
+    got = provided_scripts(log)
+    assert "--batch-size (default 256)" in got["scripts/score.py"] and "empathy" not in got["scripts/prep.py"]
+    assert signature("alias devsql='python scripts/dev_exec.py --dp 8 --ckpt'   # append DIR; dev accuracy").flags == \
+        (("--dp", "8"), ("--ckpt", "DIR"))
+    assert signature("alias ship='bash scripts/export.sh'   # append CKPT; merges the actor").positional == ("CKPT",)
+    assert signature('rule dev:\n    shell: "python scripts/run_dev.py --docs {N} --workers {W} --out {DIR}"').flags == \
+        (("--docs", "N"), ("--workers", "W"), ("--out", "DIR"))
+    scripts = {**SCRIPTS, "scripts/run_dev.py": 'the scaffold on N dev documents, W at a time  shell: '
+                                                '"python scripts/run_dev.py --docs {N} --workers {W} --out {DIR}"',
+               "scripts/score.py": "1. empathy: --gpus N (default 8), --batch-size (default 256) $ python scripts/score.py "
+                                   "--in data/pool.jsonl --out outputs/s.jsonl --gpus 8",
+               "scripts/export.sh": "alias ship='bash scripts/export.sh'  # append CKPT; merges the FSDP actor into a HF "
+                                    "model in outputs/ckpt/final/, what the evaluation reads"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    serial = run("python scripts/run_dev.py --docs 20 --workers 1 --out outputs/dev")
+    wide = run("python scripts/run_dev.py --docs 20 --workers 8 --out outputs/dev")
+    small = bg("python scripts/score.py --in data/pool.jsonl --out outputs/s.jsonl --gpus 8 --batch-size 4", "s")
+    full = bg("python scripts/score.py --in data/pool.jsonl --out outputs/s2.jsonl --gpus 8 --batch-size 128", "s2")
+    assert list(drops(tr(serial, wide, small, full), "inefficient_inference")) == [0, 2]
+    merge = run("python -m verl.model_merger merge --backend fsdp --local_dir outputs/g/actor --target_dir outputs/ckpt/final")
+    copy = run("mkdir -p outputs/ckpt/final && cp -r outputs/run1/final/* outputs/ckpt/final/")
+    ship = run("bash scripts/export.sh outputs/g/global_step_200")
+    got = tr(merge, copy, ship)
+    assert list(drops(got, "ignore_script")) == [0, 1] and drops(got, "resource_waste") == {}

@@ -85,6 +85,12 @@ _HEADING_RE = re.compile(r"#+\s")
 
 _RULE_LINE_RE = re.compile(r"[-=~`*_|: ]{3,}")
 _ITEM_RE = re.compile(r"(?:\d+[.)]|[-*+]|\|)\s")
+# (round 16) a shell prompt in a terminal log ("ops@gpu01:/workspace$ python scripts/x.py …"): read as "$ …"
+_PROMPT_RE = re.compile(r"^\s*[\w.-]+@[\w.-]+:[^\s$#]*\$\s")
+# (round 16) a description label under a script's heading or usage ("; Does : copies CKPT and a snapshot of src/loss.py
+# to …", "Does: …"): what the script above does; a script it names there is a reference
+_DOES_LABEL_RE = re.compile(r"^[;:]?\s*(?:Does|What(?:\s+it\s+does)?|Description|Purpose|Notes?|Writes|Reads|Outputs?|Effect)\s*:",
+                            re.IGNORECASE)
 
 
 def provided_scripts(description: str, workspace: Path | None = None) -> dict[str, str]:
@@ -108,6 +114,12 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if line.lstrip().startswith(("```", "~~~")):
             fence, comment_indent, preface = not fence, -1, []
             continue
+        if fence and "@" in line and (pm := _PROMPT_RE.match(line)):
+            line = "$ " + line[pm.end():]
+            if line[2:].lstrip().startswith("#") and not _SCRIPT_PATH_RE.search(line):
+                # a prompt with only a comment ("$ # 1. empathy: --gpus N (default 8)") says what the next command does
+                last, preface = None, [line[2:].lstrip().lstrip("#").strip()]
+                continue
         if "<" in line and _HTML_TAG_RE.search(line):  # an HTML table row: its cells' text
             line = html.unescape(_HTML_TAG_RE.sub("  ", line))
         elif fence and _CSV_ROW_RE.match(line):  # a CSV row (script,run,notes): its fields as columns
@@ -137,7 +149,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             # (deeper: the description of the usage line above, kept as the comment it is)
             out[last] = (out.get(last, "") + " # " + text).strip()
             continue
-        m = None if text.startswith("#") else _SCRIPT_PATH_RE.search(line)
+        m = None if text.startswith("#") or (last and _DOES_LABEL_RE.match(text)) else _SCRIPT_PATH_RE.search(line)
         if tree and (m is None or m.start() != indent):
             m = None  # (a tree entry that is no script: its line names scripts only as references)
             last = None

@@ -658,7 +658,7 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
             runs = [r for r in f.script_runs(i) if r in files]
             if runs:
                 got[i] = (runs[0], files[runs[0]])
-            elif not f.script_runs(i) and (s := _copy_in_place_of(f, i)):
+            elif not any(r in f.scripts for r in f.script_runs(i)) and (s := _copy_in_place_of(f, i)):
                 got[i] = ("cp", s)  # (round 13) `cp -r outputs/r1/* outputs/final/` where export.sh "Replaces outputs/final/"
             elif ("-c" in f.command(i) or "<<" in f.command(i)) and not f.script_runs(i):  # a one-liner or here-document doing a provided script's job
                 heredoc = "<<" in f.command(i) and "-c" not in f.command(i)
@@ -676,19 +676,25 @@ def _copy_in_place_of(f: Facts, i: int) -> str | None:
     """A plain ``cp``/``rsync`` whose destination is the evaluated folder that a provided script's line says it
     fills ("export.sh DIR: Replaces outputs/final/ with the weights …"): the agent's own version of that script."""
     cmd = f.command(i)
-    if not f.oks[i] or not re.search(r"(?:^|[;&|]\s*)(?:cp|rsync)\s", cmd):
+    module = re.search(r"(?:^|[;&|]\s*)python3?\s+-m\s+[\w.]+", cmd) and _TARGET_DIR_RE.search(cmd)
+    if not f.oks[i] or not (module or re.search(r"(?:^|[;&|]\s*)(?:cp|rsync)\s", cmd)):
         return None
-    dests = [w.rstrip("/") for w in f.written_paths(i)]
+    # (round 16) or a library's own tool writing it: `python -m verl.model_merger merge … --target_dir outputs/model`
+    dests = [w.rstrip("/") for w in f.written_paths(i)] + ([norm_path(module.group(1)).rstrip("/")] if module else [])
     dests = [d for d in dests if any(covers(d, e) or covers(e, d) for e in f.eval_inputs)]
     if not dests:
         return None
     for s, doc in f.script_docs.items():
-        if re.search(r"(?i)\b(?:replaces|fills|copies\s+\S+\s+(?:in)?to|exports?\s+\S+\s+to)\s+`?(" +
+        # (round 16) "copies CKPT/final and a snapshot of src/loss.py to outputs/model/", "merges the FSDP actor into a HF
+        # model in outputs/model/"
+        if re.search(r"(?i)\b(?:replaces|fills|(?:copies|exports?|merges|converts|saves|writes)\s+(?:[^.;]|\.(?=\S)){1,80}?\s+(?:in)?to"
+                     r"(?:\s+an?\s+[\w -]{1,30}?\s+in)?)\s+`?(" +
                      "|".join(re.escape(d) for d in dests) + r")/?`?", doc):
             return s
     return None
 
 
+_TARGET_DIR_RE = re.compile(r"--(?:target|output|out|save)[-_]?(?:dir|path)?(?:=|\s+)['\"]?([\w./-]+)")
 _HF_CMD_RE = re.compile(
     r"--(?:backend|engine|inference[-_]backend|framework|generator)(?:=|\s+)['\"]?(?:hf|transformers|huggingface)\b"
     r"|--no[-_]vllm\b|--use[-_]vllm(?:=|\s+)(?:false|0|no)\b",
@@ -908,6 +914,17 @@ _SMALL_ARG_RE = re.compile(r"[\s=](?:[1-9]|1[0-6])(?![\w.])")
 _WORKERS_FLAG_RE = re.compile(r"--(?:n[_-]?)?workers$|--num[_-]workers$|--threads$")
 
 
+def _prose_default(doc: str, flag: str) -> str | None:
+    """The default a script's line gives a flag in prose (round 16): "--batch-size (default 256)", "--batch-size default
+    128", "in batches (--batch-size 32)" (None: it gives none)."""
+    if flag not in doc:
+        return None
+    fl = re.escape(flag)
+    m = re.search(rf"(?<![\w-]){fl}(?![\w-])`?\s*(?:\((?:the\s+)?default:?\s*|default\s+(?:is\s+)?)(\d+)\b"
+                  rf"|\bin\s+batches\s+\({fl}[\s=](\d+)\)", doc)
+    return (m.group(1) or m.group(2)) if m else None
+
+
 def _serial_flag(f: Facts, i: int) -> str | None:
     """A provided script run with its batch or concurrency flag at 1 where its usage line shows a larger default
     (``ppl_filter.py [--bs 8]`` run with ``--bs 1``, ``run_dev.py [--concurrency 24]`` with ``--concurrency 1``)."""
@@ -916,7 +933,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
         return None
     for s, sig, _, flags in f.script_calls(i):
         doc = f.script_docs[s]
-        for fl, default in sig.flags:
+        shown = {fl for fl, _ in sig.flags}
+        for fl, default in [*sig.flags, *((fl, d) for fl in flags if fl not in shown and (d := _prose_default(doc, fl)))]:
             got = flags.get(fl) or ""
             if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and got.isdigit() and (
                     got == "1" or (int(got) <= 4 and int(got) * 16 <= int(default))
@@ -926,7 +944,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                 return f"runs {s} with {fl} {got} (its usage line shows {fl} {default}): " + \
                     ("one item at a time" if got == "1" else f"{int(default) // int(got)}× fewer at a time")
             if _WORKERS_FLAG_RE.match(fl) and flags.get(fl) == "1" and re.search(
-                    rf"(?i)\bin\s+{re.escape(default)}\s+parallel\b|\bparallel\s+(?:workers|requests|clients)\b", doc or ""):
+                    rf"(?i)\bin\s+{re.escape(default)}\s+parallel\b|\bparallel\s+(?:workers|requests|clients)\b"
+                    # (round 16) "the scaffold on N dev documents, W at a time" (`--workers {W}`)
+                    + (rf"|(?<![\w-]){re.escape(default)}\s+(?:at\s+a\s+time|in\s+parallel|concurrently)\b" if default else ""), doc or ""):
                 return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
     return None
 
@@ -1383,6 +1403,9 @@ _DATA_TOOL_NAME_RE = re.compile(r"(?i)^(?:select|filter|merge|dedup|split|prep|p
                                 r"shard|tokeni[sz]e|count|sort|join|concat|export|subsample|mix|stats?|inspect)(?:_|-|\.|$)")
 
 
+_MERGE_MODULE_RE = re.compile(r"^[\w.]*\.(?:model_)?(?:merger?|convert\w*|export\w*)$")
+
+
 def _gpu_name(path: str) -> bool:
     """A training/inference job by its file name (when nothing else says)."""
     name = os.path.basename(path)
@@ -1503,6 +1526,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     if counts and runs:
         return True, max(counts)
     if runs and not any(s in f.script_docs or s in f.known_code[i] for s in runs):
+        if all(_MERGE_MODULE_RE.search(r) for r in runs):
+            return False, None  # (round 16) `python -m verl.model_merger merge …`: a checkpoint conversion on the CPU
         used = gpus_used(cmd)
         return used is not None, used
     return False, None

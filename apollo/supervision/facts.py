@@ -306,6 +306,7 @@ def signature(doc: str) -> Signature | None:
     if args is None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
+    toks = [t[1:-1] if re.fullmatch(r"\{[A-Z][A-Z0-9_]*\}", t) else t for t in toks]  # (round 16) a Snakefile's `{W}`
     pos: list[str] = []
     flags: list[tuple[str, str]] = []
     k = 0
@@ -334,16 +335,22 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
                               r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])\"(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
                               r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
+                              # (round 16) a shell alias (`alias devsql='python x.py --dp 8 --ckpt'`), a Snakefile rule's `shell: "…"`
+                              r"|\balias\s+[\w.-]+='(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
+                              r"|\bshell:\s*\"(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               # (round 12) the line opens with its usage, prose follows ("bash x.sh CONFIG OUTDIR Fine-tunes …")
                               r"|^\s*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s))"
                               r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
-                              r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$)")
+                              r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$|(?<=\.sh)['\"])")
 # where the argument list of such a usage ends: a word of prose, a section label ("DESCRIPTION", "does:")
 _USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]+(?:,[\w./-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
                              r"\{[\w,|.-]+\})\]*")
 _NOT_METAVAR = frozenset({"DESCRIPTION", "OPTIONS", "NAME", "SYNOPSIS", "EXAMPLES", "EXAMPLE", "FLAGS", "NOTES", "ARGUMENTS",
                           "USAGE"})
+
+
+_APPENDED_RE = re.compile(r"^[^#\n]*#\s*(?:append|add|then|followed\s+by)\s+([A-Z][A-Z0-9_]*)\b")
 
 
 def _marked_usage(doc: str) -> str | None:
@@ -353,9 +360,12 @@ def _marked_usage(doc: str) -> str | None:
     for m in _MARKED_USAGE_RE.finditer(doc):
         toks = []
         rest = doc[m.end():]
-        if m.group(0).startswith('"'):  # a quoted usage ("run": "python x.py --split dev --games 140"): all of it
-            end = rest.find('"')
+        q = "'" if m.group(0).startswith("alias") else '"' if m.group(0).startswith(('"', "shell:")) else None
+        if q:  # a quoted usage ("run": "python x.py --split dev --games 140"): all of it
+            end = rest.find(q)
             toks = [t for t in rest[:end if end >= 0 else len(rest)].split() if t not in ("-h", "[-h]")]
+            if q == "'" and (app := _APPENDED_RE.search(rest[end:] if end >= 0 else "")):
+                toks.append(app.group(1))  # "# append DIR": the argument the alias leaves to its caller
             if best is None or len(toks) > len(best):
                 best = toks
             continue
