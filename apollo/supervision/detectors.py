@@ -1688,6 +1688,13 @@ def _run_succeeded(f: Facts, j: int, i: int) -> bool:
     return job is not None and any(f._consumes(k, job) for k in range(j + 1, i))
 
 
+def _lead_key(key: str) -> str:
+    """A run key without the checks chained after it that read its output (round 16: `train.sh cfg <OUT> && python
+    scripts/dev_spans.py --ckpt <OUT>` is the training run of `train.sh cfg <OUT>`, scored as it ends)."""
+    parts = re.split(r"\s*&&\s*", key)
+    return " && ".join([parts[0], *(q for q in parts[1:] if "<OUT>" not in q)])
+
+
 def _same_run_again(f: Facts, i: int) -> int | None:
     """(round 12) A provided script run again as an earlier successful run (the same command but for its output
     path: ``train.sh cfg outputs/r1`` then ``… outputs/r1_again``, a check re-run "for the record") with no edit of
@@ -1695,7 +1702,8 @@ def _same_run_again(f: Facts, i: int) -> int | None:
     if not f.oks[i]:
         return None
     cmd = f.command(i)
-    runs = set(f.script_runs(i))
+    lead = cmd.split("&&", 1)[0]
+    runs = {r for r in f.script_runs(i) if r in lead} or set(f.script_runs(i))  # (the checks chained after it aside)
     if not any(runs & set(f.script_runs(j)) for j in range(i) if f.tools[j] == "run_command"):
         return None  # (the script never ran before: no twin to compare with)
     between: list[int] = []
@@ -1709,7 +1717,8 @@ def _same_run_again(f: Facts, i: int) -> int | None:
             if SED_I_RE.search(f.command(j)) or any(w in cmd for w in f.written_paths(j) if w):
                 return None
             if runs & set(f.script_runs(j)):
-                if _run_key(f, j) == _run_key(f, i) and _run_succeeded(f, j, i) and all(_leaves_inputs(f, k, j, cmd) for k in between):
+                if _lead_key(_run_key(f, j)) == _lead_key(_run_key(f, i)) and _run_succeeded(f, j, i) \
+                        and all(_leaves_inputs(f, k, j, cmd) for k in between):
                     return j
                 return None  # the script ran otherwise since: this run is compared with that one
             between.append(j)
@@ -1721,9 +1730,11 @@ def _leaves_inputs(f: Facts, k: int, j: int, cmd: str) -> bool:
     what run ``j`` or a run since made (an export, a scoring of it), prints only, or is a training run (by its
     script's name) writing known outputs that ``cmd`` does not name (a data builder's output may be read by name
     inside the script: a change)."""
-    if not f.script_runs(k):
-        return not f.writes[k] or not f.written_paths(k)
     made = [o for r in range(j, k) if f.tools[r] == "run_command" for s in f.script_runs(r) for o in f.script_outputs(r, s)[0]]
+    if not f.script_runs(k):
+        # (round 16: a copy of what run j made into the evaluated folder, `cp -r outputs/run1/final/* outputs/model/`)
+        return not f.writes[k] or not f.written_paths(k) or (any(o in f.command(k) for o in made) and not any(
+            w in cmd for w in f.written_paths(k)))
     if any(o in f.command(k) for o in made):
         return True  # an export or a scoring of what run j (or a run since) made
     outs, known = [], True

@@ -215,6 +215,17 @@ def _task_outputs(description: str) -> frozenset[str]:
 _WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|(?<!-)->|\bproduc|\bgenerat|\bbuild|\breplaces\b|\binstalls\b", re.IGNORECASE)
 
 
+_DEV_CHECK_NAME_RE = re.compile(r"(?i)(?:^|/)(?:dev_[\w-]*|[\w-]*_?(?:bench|judge|eval|score)[\w-]*)\.py$")
+_EXPLICIT_WRITES_RE = re.compile(r"(?i)--out|\bwrit|\bsav|\bOUT\b|\bdumps?\b|(?<!-)->\s*`?[\w./-]+\.\w+|\binto\s+`?outputs/")
+def _names_output(o: str, cmd: str) -> bool:
+    """``cmd`` names output ``o``; an output a shell loop names by its variable (``outputs/ifd/shard$i.jsonl``) by the
+    part before it (``cat outputs/ifd/shard*.jsonl``; round 16)."""
+    if "$" not in o:
+        return o in cmd
+    head = o.split("$", 1)[0]
+    return len(head) >= 8 and head in cmd
+
+
 _TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
 
 
@@ -266,7 +277,7 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 # GPU job's mention of CPU offload or CPU memory
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
-                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.-])trains?\b(?![./_-])|\bverl\b")
+                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])|\bverl\b")
 
 
 @dataclass(frozen=True)
@@ -953,6 +964,9 @@ class Facts:
                 return outs, True
             # no output named: a script that only prints (CPU inspection) writes nothing; a trainer or a
             # writer whose output is a default path may write what is evaluated
+            if _DEV_CHECK_NAME_RE.search(script) and not _EXPLICIT_WRITES_RE.search(doc or ""):
+                return [], True  # (round 16) a dev check (dev_judge.py, dev_exec.py --ckpt DIR) that "generates" or reads
+                # "a checkpoint" to print a score, and says it writes nothing
             return [], not (_says_writes(doc or "") or doc_says(_TRAINS_DOC_RE, doc or ""))
         code = self.known_code[i].get(script)
         if code:
@@ -1038,10 +1052,11 @@ class Facts:
         cmd = self.command(i)
         if set(self.script_runs(i)) & set(self.script_runs(job.step)):
             return False  # the same script again: a relaunch or a duplicate, not a reader of the first one's output
-        if not any(o in cmd for o in job.outputs) or re.search(r"\.log\b|\blogs?/", cmd):
+        named = [o for o in job.outputs if _names_output(o, cmd)]
+        if not named or re.search(r"\.log\b|\blogs?/", cmd):
             return False  # (reading a running job's log is how one watches it, not a sign it ended)
         mine = set(self.written_paths(i))
-        return not any(o in mine for o in job.outputs if o in cmd)
+        return not any(o in mine for o in named)
 
     @cached_property
     def jobs_before(self) -> list[tuple[Job, ...]]:

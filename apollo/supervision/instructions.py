@@ -1740,6 +1740,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                     if d.kind == "bound":
                         b = _num(d.values["v"])
                         bad = next((g for g in got if b is not None and _breaks(d.values["op"], g, b)), None)
+                        if bad is not None and tool == "edit_file" and _prior_value(f, i, k) == bad:
+                            bad = None  # (round 16) the edit keeps a value an earlier step already set (reported there)
                         if bad is not None:
                             shown = f"{bad / 100:g} ({bad:g}%)" if pct else f"{bad:g}"
                             how = f"left {k} at its default {shown}" if k in named and k not in vals else f"set {k} = {shown}"
