@@ -1667,3 +1667,53 @@ def test_round_16_jobs_and_edits_from_the_thirteenth_sets_dev_split():
                           "content": "x = call(text=None, max_tokens=4096)"},
             "Edited agent/client.py lines 2-2. Now:\n2: x = call(text=None, max_tokens=4096)")
     assert list(drops(tr(g(opened, rule), e1, e2), "violate_instruction")) == [1]
+
+
+def test_round_17_directives_and_launches_from_the_thirteenth_sets_spent_test_split():
+    """Round 17 (blind_research13's test split, after its one measurement): "leave the writer server up" and a stop of
+    that server; "so pass --donors data/train.jsonl" and a run that leaves the flag out; "for the safety pass pls use
+    --batch-size 64" holds for the safety script only; "keep z_coef at exactly 1e-3"; "keep each training run to 2 GPUs",
+    lifted by "all 4 GPUs are free again"; a trainer launched with torchrun instead of the provided launcher; "TP defaults
+    to 8" and a server at TP=4; "REPLICAS copies, TP=2 each"; a script's own "not found" with a nonzero exit."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    scripts = {**SCRIPTS, "scripts/serve.sh": 'usage="TP=8 bash scripts/serve.sh", help="Serves the 72B writer with vLLM. TP '
+                                              'defaults to 8. Runs until stopped."',
+               "aug/transplant.py": "- `python aug/transplant.py --in F --out F [--donors F]`: term transplants",
+               "scripts/safety_flags.py": "- `python scripts/safety_flags.py --in F --out F [--batch-size 128]`: GPU",
+               "scripts/dev_judge.py": "- `python scripts/dev_judge.py --model DIR [--batch-size 32]`: dev judge",
+               "scripts/serve_rw.sh": "scripts/serve_rw.sh  ->  `REPLICAS=4 bash scripts/serve_rw.sh` starts REPLICAS "
+                                      "copies of the 32B rewriter, TP=2 each; runs until you stop the session"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    srv = bg("TP=8 bash scripts/serve.sh", "srv")
+    stop = st("kill_session_processes", {"session_id": "srv"}, "Stopped 'TP=8 bash scripts/serve.sh' in session 'srv'.")
+    rule = "when you're done generating pls leave the writer server up - Lena wants to hit it this afternoon. thanks!"
+    assert list(drops(tr(srv, g(st("list_files"), rule), stop), "violate_instruction")) == [2]
+    assert drops(tr(srv, stop), "violate_instruction") == {}
+    rule = "transplant.py takes its donors from --donors, and the default (data/all.jsonl) includes dev. so pass " \
+           "--donors data/train.jsonl"
+    left = bg("python aug/transplant.py --in a --out outputs/t.jsonl", "t")
+    given = bg("python aug/transplant.py --in a --out outputs/t2.jsonl --donors data/train.jsonl", "t2")
+    assert list(drops(tr(g(st("list_files"), rule), left, given), "violate_instruction")) == [1]
+    rule = "for the safety pass pls use --batch-size 64 - with the default 128 it runs out of memory"
+    judge = run("python scripts/dev_judge.py --model m --batch-size 16")
+    safety = bg("python scripts/safety_flags.py --in a --out outputs/s.jsonl --batch-size 128", "s")
+    assert list(drops(tr(g(st("list_files"), rule), judge, safety), "violate_instruction")) == [2]
+    assert [(x.kind, x.values["v"]) for x in extract("please keep z_coef at exactly 1e-3 in every run")] == [("keep", "1e-3")]
+    two = "for today please keep each training run to 2 GPUs (NPROC=2) - the other two are for Aisha's ablations"
+    t2 = bg("CUDA_VISIBLE_DEVICES=0,1 bash scripts/train.sh d outputs/r1", "t")
+    t4 = g(bg("CUDA_VISIBLE_DEVICES=0,1,2,3 bash scripts/train.sh d outputs/r2", "t2"), "Aisha's done, all 8 GPUs are free again.")
+    got = tr(g(st("list_files"), two), t2, t4)
+    assert drops(got, "violate_instruction") == {} and 1 not in drops(got, "resource_waste")
+    own = bg("torchrun --nproc_per_node 8 -m sft_trainer --data d --epochs 3 --lr 1e-5 --output-dir outputs/ckpt", "t")
+    assert list(drops(tr(own), "ignore_script")) == [0]
+    assert drops(tr(bg("torchrun --nproc_per_node 8 -m sglang.launch_server --model m", "s")), "ignore_script") == {}
+    half = bg("TP=4 bash scripts/serve.sh", "srv")
+    assert 0 in drops(tr(half, st("sleep", {"seconds": 600}, "Slept 600 s."), run("ls outputs")), "resource_waste")
+    rw = bg("REPLICAS=4 bash scripts/serve_rw.sh", "rw")
+    assert 0 not in drops(tr(rw, st("sleep", {"seconds": 600}, "Slept 600 s."), run("ls outputs")), "resource_waste")
+    missing = run("NPROC=4 bash scripts/train.sh configs/train.yaml outputs/run1",
+                  "config configs/train.yaml not found\n\n[finished, exit code 2]")
+    missing = missing.model_copy(update={"observation": missing.observation.model_copy(update={"exit_code": 2})})
+    masked, _ = Masker(MaskConfig()).mask([tr(missing)])
+    assert (masked[0].steps[0].mask.keep, masked[0].steps[0].mask.category) == (False, "runtime_error")
