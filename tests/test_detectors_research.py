@@ -1717,3 +1717,12 @@ def test_round_17_directives_and_launches_from_the_thirteenth_sets_spent_test_sp
     missing = missing.model_copy(update={"observation": missing.observation.model_copy(update={"exit_code": 2})})
     masked, _ = Masker(MaskConfig()).mask([tr(missing)])
     assert (masked[0].steps[0].mask.keep, masked[0].steps[0].mask.category) == (False, "runtime_error")
+
+
+def test_round_17_an_in_place_config_edit_for_a_chained_training_changes_no_evaluated_output():
+    """Round 17: `sed -i … configs/a.yaml && train.sh configs/a.yaml outputs/run2` writes the config its training reads
+    and a new run folder, not the evaluated checkpoint: an eval right after it scores what the last eval scored."""
+    ship = run("cp -r outputs/run1/final outputs/ckpt/final")
+    chained = bg("sed -i 's/dice: 0.0/dice: 0.2/' configs/a.yaml && bash scripts/train.sh configs/a.yaml outputs/run2", "t")
+    got = t(ship, ev(), chained, ev())
+    assert 3 in drops(got, "improper_eval")
