@@ -1726,3 +1726,22 @@ def test_round_17_an_in_place_config_edit_for_a_chained_training_changes_no_eval
     chained = bg("sed -i 's/dice: 0.0/dice: 0.2/' configs/a.yaml && bash scripts/train.sh configs/a.yaml outputs/run2", "t")
     got = t(ship, ev(), chained, ev())
     assert 3 in drops(got, "improper_eval")
+
+
+def test_round_17_a_dev_score_of_its_own_where_the_task_provides_the_dev_scorer():
+    """Round 17 (set 13's spent test split): a here-document that scores the dev outputs itself (chrF through sacrebleu,
+    a vLLM + sqlite harness printing ok / len) where the task ships the dev scorer is ignore_script; a one-liner that
+    counts sources of the selection prints no score and is none; without a provided dev scorer, none either."""
+    scripts = {**{k: v for k, v in SCRIPTS.items() if k != "scripts/bench.py"},  # (one dev scorer, not two)
+               "scripts/run_dev.py": "- `python scripts/run_dev.py --docs N --out DIR`: the scaffold on N dev docs",
+               "scripts/score_dev.py": "- `python scripts/score_dev.py --pred DIR`: COMET of DIR against the references"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    chrf = run("python - <<'EOF'\nimport glob\nfrom sacrebleu.metrics import CHRF\nhyp = [open(p).read() for p in "
+               "sorted(glob.glob('outputs/dev_ctx/*.de.txt'))]\nref = [open(p).read() for p in sorted(glob.glob("
+               "'data/dev_docs/*.txt'))]\nprint(CHRF().corpus_score(hyp, [ref]))\nEOF")
+    count = run("python - <<'EOF'\nimport json, collections\nc = collections.Counter(json.loads(l)['source'] for l in "
+                "open('outputs/selected.jsonl'))\nprint(c.most_common())\nEOF")
+    assert list(drops(tr(chrf, count), "ignore_script")) == [0]
+    bare = FACTS.model_copy(update={"scripts": {k: v for k, v in SCRIPTS.items() if k != "scripts/bench.py"}})
+    assert drops(traj(chrf, desc=DESC, facts=bare), "ignore_script") == {}

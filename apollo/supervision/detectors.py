@@ -366,6 +366,21 @@ def _dev_evaluator(f: Facts) -> str | None:
     return devs[0] if len(devs) == 1 else None
 
 
+_DEV_DATA_RE = re.compile(r"""['"][^'"\n]*\b(?:dev|val|valid|validation)(?:[_-][\w-]*)?(?:/|\.(?:jsonl?|tsv|csv|txt)['"])""")
+_METRIC_LIB_RE = re.compile(r"\b(?:corpus_score|sentence_score|corpus_bleu|f1_score|accuracy_score|evaluate\.load)\(|\bfrom\s+"
+                            r"(?:sacrebleu|rouge_score|sklearn\.metrics|evaluate)\b")
+_SCORER_NAME_RE = re.compile(r"(?i)score|eval|bench|judge|exec|check|metric")
+
+
+def _dev_scorer(f: Facts) -> str | None:
+    """The task's one provided dev scorer: a dev evaluator (:func:`_dev_evaluator`), or of several scripts named for
+    dev work the one named for scoring (``score_dev.py`` beside ``run_dev.py``)."""
+    devs = [s for s in f.scripts if _DEV_NAME_RE.search(os.path.basename(s).rsplit(".", 1)[0])]
+    if len(devs) > 1:
+        devs = [s for s in devs if _SCORER_NAME_RE.search(os.path.basename(s))]
+    return devs[0] if len(devs) == 1 else None
+
+
 _OPEN_READ_RE = re.compile(r"""open\(\s*[fr]?['"]([^'"{}]+)['"]\s*\)|open\(\s*[fr]?['"]([^'"{}]+)['"]\s*,\s*['"]r""")
 _WORK_CALL_RE = re.compile(r"\brequests\.(?:get|post)\(|\.generate\(|\bLLM\(|\bpipeline\(|\bfrom\s+(?:src|tools|aug|agent)\.")
 
@@ -436,6 +451,10 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         if not mine <= theirs or not (mine & theirs or (not inline and _DEV_NAME_RE.search(os.path.basename(path).rsplit(".", 1)[0]))):
             return None
         return ev
+    if inline and _DEV_DATA_RE.search(content) and (_PRINTS_SCORE_RE.search(content) or _METRIC_LIB_RE.search(content)) \
+            and (ev := _dev_scorer(f)):
+        return ev  # (round 17) a dev score of its own (chrF over the dev outputs, a vLLM + sqlite dev harness) where the
+        # task provides the dev scorer: the labelers of sets 12 and 13 name it ignore_script whatever metric it prints
     if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
         writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1] + list(redirected)
         reads = {a or b for a, b in _OPEN_READ_RE.findall(content)}
