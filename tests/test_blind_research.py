@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research13``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research14``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -19,7 +19,7 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6",
                                         FIX / "blind_research7", FIX / "blind_research8", FIX / "blind_research9",
                                         FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
-                                        FIX / "blind_research13"],
+                                        FIX / "blind_research13", FIX / "blind_research14"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
@@ -118,6 +118,8 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 1.00 / 0.92 after rounds 16-17 (tuned on its dev, then its spent test split)
     ("blind_research13", "test", 60, 0.95, 0.83),  # round 16 (tuned on its dev split only): 0.96 / 0.72 at dc0358d, measured
                                                    # once (round 15: 0.93 / 0.70); round 17 was then tuned on it: 1.00 / 0.87
+    ("blind_research14", None, 132, 0.88, 0.77),   # written and labeled during rounds 16-17, never tuned on: 0.91 / 0.80 on
+                                                   # all 490 actions at fb73720 (round 15: 0.91 / 0.79)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
