@@ -20,8 +20,9 @@ def step(i, tool="run_command", args=None, obs="ok", exit_code=0, refused=False,
 
 
 @pytest.mark.parametrize("obs,exit_code,refused,text,category", [
-    ("  File \"x.py\", line 3\n    def f(:\nSyntaxError: invalid syntax", 1, False, None, "runtime_error"),
-    ("IndentationError: unexpected indent", 1, False, None, "runtime_error"),
+    # Python's compile step (round 18: the labelers of research sets 10-14 name these compile_error)
+    ("  File \"x.py\", line 3\n    def f(:\nSyntaxError: invalid syntax", 1, False, None, "compile_error"),
+    ("IndentationError: unexpected indent", 1, False, None, "compile_error"),
     ("src/ext.cu(12): error: identifier \"half2\" is undefined", 1, False, None, "compile_error"),
     ("collect2: error: ld returned 1 exit status", 1, False, None, "compile_error"),
     ("Traceback (most recent call last):\n  File \"a.py\"\nValueError: bad", 1, False, None, "runtime_error"),

@@ -99,7 +99,7 @@ _NOTHING = {True: _SharedDecision(keep=True, source="rule", reason="no symbolic 
             False: _SharedDecision(keep=True, source="symbolic", reason="no symbolic rule matched")}
 
 
-_OUTRANKED = frozenset({"runtime_error", "refused_action", "explicit_failure"})
+_OUTRANKED = frozenset({"runtime_error", "compile_error", "refused_action", "explicit_failure"})
 _OUTRANKING = ("violate_instruction", "inefficient_inference")
 
 

@@ -172,7 +172,7 @@ SCENARIOS: list[Scenario] = [
         A("Read the solver tools.", "open_file", {"path": "scripts/solver.py"}, K),
         A("Check that the scaffold config parses.", "run_command",
           {"command": "python -c \"import json; print(json.load(open('scaffold.json'))\""},
-          D("runtime_error", rule="runtime_error"), expect="SyntaxError"),
+          D("compile_error", rule="compile_error"), expect="SyntaxError"),  # (Python's compile step: round 18)
         A("Build a small C helper for the solver.", "run_command",
           {"command": "printf 'int count(const char *s {\\n  return 0;\\n}\\n' > count.c && gcc -c count.c -o count.o"},
           D("compile_error", rule="compile_error"), expect="error: expected"),
