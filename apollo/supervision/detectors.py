@@ -1682,6 +1682,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                     and _never_used(f, i):
                 out.append(_drop(i, "resource_waste", f"launched a GPU job while '{short(holder.command)}' (step {holder.step}) "
                                                       f"holds all {pool} GPUs; nothing ever used what it made"))
+            elif p.flag_gpu_underuse and pool and pool >= 2 and f.background(i) and (sh := _unsharded(f, i)):
+                out.append(_drop(i, "resource_waste", sh))
             elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (srv := _lone_server(f, i, pool)):
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
@@ -1801,6 +1803,30 @@ def _leaves_inputs(f: Facts, k: int, j: int, cmd: str) -> bool:
     if any(covers(o, w) or covers(w, o) for o in outs for w in re.findall(r"[\w./-]+", cmd)):
         return False
     return any(re.search(r"(?i)train|grpo|\bsft|ppo|dpo|fine-?tun", s.rsplit("/", 1)[-1]) for s in f.script_runs(k))
+
+
+_SHARD_FLAG_RE = re.compile(r"--(?:shard|shards|num[_-]shards|part)$")
+
+
+def _unsharded(f: Facts, i: int) -> str | None:
+    """(round 18) A provided one-GPU job whose usage line offers ``--shard i/n`` run whole, in the background, with
+    nothing else started beside it on the pool's other GPUs before it ends: one GPU works, the rest idle."""
+    for s, sig, _, given in f.script_calls(i):
+        fl = next((fl for fl, _ in sig.flags if _SHARD_FLAG_RE.match(fl)), None)
+        if fl is None or fl in given or re.search(rf"(?<![\w-]){re.escape(fl)}(?![\w-])", f.command(i)):
+            continue
+        gpu, used = gpu_job(f, i)
+        if not gpu or used != 1:
+            continue
+        sid = f.session(i)
+        for k in range(i + 1, f.n):
+            if f.tools[k] == "run_command" and f.oks[k] and f.session(k) != sid and gpu_job(f, k)[0]:
+                return None  # the other GPUs got work of their own
+            if f.session(k) == sid and f.tools[k] in ("check_session_idle", "get_session_output") and \
+                    re.search(r"finished, exit code|is idle", f.obs[k]):
+                break
+        return f"ran {s} whole on one GPU of {f.gpus} although its line offers {fl} to split it over the GPUs"
+    return None
 
 
 def _lone_server(f: Facts, i: int, pool: int) -> str | None:

@@ -314,6 +314,8 @@ def signature(doc: str) -> Signature | None:
         m = (_BARE_USAGE_RE.match(head) or _PATH_USAGE_RE.match(head) or _BARE_USAGE_RE.match(re.split(r"\s{3,}", head.strip())[0])) \
             if doc else None
     args = m.group(2) if m is not None else _marked_usage(doc or "")
+    if m is not None and not (args or "").strip() and (marked := _marked_usage(doc or "")):
+        args = marked  # (round 18) a bare path column, then its usage column ("x.py    python x.py --in F [--shard i/n]")
     if args is None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
@@ -344,8 +346,11 @@ def signature(doc: str) -> Signature | None:
 _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[Uu]sage|USAGE|SYNOPSIS|[Ss]ynopsis)\s*:?|(?:^|\s)\$)\s+"
                               # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
-                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])\"(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
+                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])\"(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
                               r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
+                              # (round 18) an Org-mode verbatim cell (`| =python x.py --ckpt DIR= |`), a bot's help arrow (`→ python x.py`)
+                              r"|(?<=[|\s])=(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed)\s)"
+                              r"|(?:\u2192|->|=>)\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed)\s)"
                               # (round 16) a shell alias (`alias devsql='python x.py --dp 8 --ckpt'`), a Snakefile rule's `shell: "…"`
                               r"|\balias\s+[\w.-]+='(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               r"|\bshell:\s*\"(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
@@ -353,7 +358,7 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               r"|^\s*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s))"
                               r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
-                              r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$|(?<=\.sh)['\"])")
+                              r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$|(?<=\.sh)['\"]|=(?:\s|$))")
 # where the argument list of such a usage ends: a word of prose, a section label ("DESCRIPTION", "does:")
 _USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]+(?:,[\w./-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
                              r"\{[\w,|.-]+\})\]*")
@@ -361,6 +366,7 @@ _NOT_METAVAR = frozenset({"DESCRIPTION", "OPTIONS", "NAME", "SYNOPSIS", "EXAMPLE
                           "USAGE"})
 
 
+_SHELL_VAR_RE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}|\$([A-Z_][A-Z0-9_]*)")
 _APPENDED_RE = re.compile(r"^[^#\n]*#\s*(?:append|add|then|followed\s+by)\s+([A-Z][A-Z0-9_]*)\b")
 
 
@@ -383,9 +389,11 @@ def _marked_usage(doc: str) -> str | None:
         for t in re.split(r"\s{3,}", rest, maxsplit=1)[0].split():  # (a wide gap ends a usage column)
             if t == "-h" or t == "[-h]":
                 continue
-            quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>', "}", '"]'))  # the end of a quoted usage ("run": "bash x.sh
+            if "$" in t:  # (round 18) a Procfile's `$OUTDIR`, `${PORTS:-8000}`: the metavar, or the default it shows
+                t = _SHELL_VAR_RE.sub(lambda v: v.group(2) or v.group(1) or v.group(3), t)
+            quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>', "}", '"]', "]=")) or (t.endswith("=") and not t.startswith("-"))  # the end of a quoted usage ("run": "bash x.sh
             # [--tp 2]", an XML attribute usage="… OUTDIR">)
-            t = t.rstrip("\"',/>}]") if quoted else t
+            t = t.rstrip("\"',/>}]=") if quoted else t
             if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
                 break
             toks.append(t)
@@ -968,6 +976,8 @@ class Facts:
                 return [], True  # (round 16) a dev check (dev_judge.py, dev_exec.py --ckpt DIR) that "generates" or reads
                 # "a checkpoint" to print a score, and says it writes nothing
             return [], not (_says_writes(doc or "") or doc_says(_TRAINS_DOC_RE, doc or ""))
+        if sig is None and doc and _DEV_CHECK_NAME_RE.search(script) and not _EXPLICIT_WRITES_RE.search(doc):
+            return [], True  # (round 18) a dev check whose line shows no usage we read, and says it writes nothing
         code = self.known_code[i].get(script)
         if code:
             outs = code_outputs(code, pos) or []
