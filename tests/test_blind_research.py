@@ -118,8 +118,10 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 1.00 / 0.92 after rounds 16-17 (tuned on its dev, then its spent test split)
     ("blind_research13", "test", 60, 0.95, 0.83),  # round 16 (tuned on its dev split only): 0.96 / 0.72 at dc0358d, measured
                                                    # once (round 15: 0.93 / 0.70); round 17 was then tuned on it: 1.00 / 0.87
-    ("blind_research14", None, 132, 0.88, 0.77),   # written and labeled during rounds 16-17, never tuned on: 0.91 / 0.80 on
-                                                   # all 490 actions at fb73720 (round 15: 0.91 / 0.79)
+    ("blind_research14", None, 132, 0.90, 0.80),   # written and labeled during rounds 16-17: 0.91 / 0.80 on all 490 actions at
+                                                   # fb73720, held out (round 15: 0.91 / 0.79); 0.93 / 0.83 after round 18
+    ("blind_research14", "test", 66, 0.88, 0.76),  # round 18 (tuned on its dev split only): 0.91 / 0.79 at 3cd5bae, measured
+                                                   # once (round 17: 0.91 / 0.79)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
