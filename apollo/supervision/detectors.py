@@ -2136,9 +2136,10 @@ def _feeds_eval(f: Facts, i: int) -> bool:
         cmd = f.command(i)
         if ("cp " in cmd or "mv " in cmd) and CP_RE.search(cmd):
             return True
-        if "sed" in cmd and (sm := SED_I_RE.search(cmd)):
-            if not runs or any(covers(norm_path(sm.group(1)), e) or covers(e, norm_path(sm.group(1))) for e in f.eval_inputs):
-                return True  # (round 17: a config edited in place for the training chained after it is that run's input)
+        # (round 17: a config edited in place for the training chained after it is that run's input, not an evaluated file)
+        if "sed" in cmd and (sm := SED_I_RE.search(cmd)) and (
+                not runs or any(covers(norm_path(sm.group(1)), e) or covers(e, norm_path(sm.group(1))) for e in f.eval_inputs)):
+            return True
         if not runs:  # (round 14) a here-document or one-liner whose code writes no file, with no redirect, prints
             progs = inline_programs(cmd)
             return not (progs and not f.redirects(i) and not any(map(writes_files, progs)))
