@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research14``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research15``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -19,7 +19,7 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6",
                                         FIX / "blind_research7", FIX / "blind_research8", FIX / "blind_research9",
                                         FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
-                                        FIX / "blind_research13", FIX / "blind_research14"],
+                                        FIX / "blind_research13", FIX / "blind_research14", FIX / "blind_research15"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
@@ -122,6 +122,8 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # fb73720, held out (round 15: 0.91 / 0.79); 0.93 / 0.83 after round 18
     ("blind_research14", "test", 66, 0.88, 0.76),  # round 18 (tuned on its dev split only): 0.91 / 0.79 at 3cd5bae, measured
                                                    # once (round 17: 0.91 / 0.79)
+    ("blind_research15", None, 128, 0.77, 0.77),   # written and labeled after round 18, never tuned on: 0.80 / 0.80 on all
+                                                   # 482 actions at 2490025 (round 15: 0.78 / 0.81)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
