@@ -100,9 +100,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     description's *Scripts* section documents; the text is the section line that documents it, with
     the lines that continue it: a line that names no script, up to the next blank line, belongs to the
     script above it — a ``# comment`` or indented line under a usage line, the rest of a wrapped paragraph,
-    the ``Does:`` line of a ``Script:``/``Run:``/``Does:`` block, the text under a heading (whose
-    ``----`` underline is skipped); a list item continues on indented lines only, and a new item or table
-    row that names no script ends it.
+    the ``Does:`` line of a ``Script:``/``Run:``/``Does:`` block (a script it names is a reference), the
+    text under a heading (whose ``----`` underline is skipped); a list item continues on indented lines
+    only, and a new item or table row that names no script ends it. In a terminal log, a prompt line that
+    holds only a comment (``user@host:~$ # 1. empathy: --batch-size (default 256)``) describes the next command.
     """
     out: dict[str, str] = {}
     last: str | None = None

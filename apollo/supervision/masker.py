@@ -8,7 +8,7 @@ Precedence (documented in the README section "Action masks"):
    errors, refusals, invalid calls) > ``rule`` (a detector over the trajectory) > ``llm`` (the
    judge). Within a source, rules in file order and detectors in ``mask.detectors`` order decide.
    One exception: a detector's ``violate_instruction`` or ``inefficient_inference`` names a step
-   before a symbolic ``runtime_error``, ``refused_action`` or ``explicit_failure`` of it (a breach or a
+   before a symbolic ``runtime_error``, ``compile_error``, ``refused_action`` or ``explicit_failure`` of it (a breach or a
    serial job that also crashed or was refused: every research set's labelers name the breach).
    The decision's ``category``/``reason`` are the winner's; the reason lists the other categories
    that also fired (``also: …``).
