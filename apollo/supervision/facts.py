@@ -226,6 +226,12 @@ def _names_output(o: str, cmd: str) -> bool:
     return len(head) >= 8 and head in cmd
 
 
+def _prints_dev_check(script: str, doc: str) -> bool:
+    """(round 16) A dev check by its name (dev_judge.py, dev_exec.py --ckpt DIR) whose line says it writes nothing: it
+    "generates" or reads "a checkpoint" to print a score."""
+    return bool(_DEV_CHECK_NAME_RE.search(script)) and not _EXPLICIT_WRITES_RE.search(doc)
+
+
 _TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
 
 
@@ -972,12 +978,11 @@ class Facts:
                 return outs, True
             # no output named: a script that only prints (CPU inspection) writes nothing; a trainer or a
             # writer whose output is a default path may write what is evaluated
-            if _DEV_CHECK_NAME_RE.search(script) and not _EXPLICIT_WRITES_RE.search(doc or ""):
-                return [], True  # (round 16) a dev check (dev_judge.py, dev_exec.py --ckpt DIR) that "generates" or reads
-                # "a checkpoint" to print a score, and says it writes nothing
+            if _prints_dev_check(script, doc or ""):
+                return [], True
             return [], not (_says_writes(doc or "") or doc_says(_TRAINS_DOC_RE, doc or ""))
-        if sig is None and doc and _DEV_CHECK_NAME_RE.search(script) and not _EXPLICIT_WRITES_RE.search(doc):
-            return [], True  # (round 18) a dev check whose line shows no usage we read, and says it writes nothing
+        if sig is None and doc and _prints_dev_check(script, doc):
+            return [], True  # (round 18: also where the line shows no usage we read)
         code = self.known_code[i].get(script)
         if code:
             outs = code_outputs(code, pos) or []
