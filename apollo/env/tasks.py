@@ -93,6 +93,108 @@ _DOES_LABEL_RE = re.compile(r"^[;:]?\s*(?:Does|What(?:\s+it\s+does)?|Description
                             re.IGNORECASE)
 
 
+# (round 19) a script path inside a description value ("doc=\"runs agent/verify.py on N claims\"", "meta.description =
+# \"prints compute_score of src/reward.py\"", "description: '…'"): a reference in the script's description, not a usage line
+_DESC_KEY_RE = re.compile(r"(?i)\b(?:description|doc|docstring|help|summary|comment|about)\s*[:=]\s*[\"']")
+# a command that runs a script: "[VAR=v …] [python[3] [-u]|bash|sh|./]path.py|sh"
+_COMMAND_PATH_RE = re.compile(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|accelerate\s+launch|deepspeed)"
+                              r"(?:\s+-\S+)*\s+)?(?:\./)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+
+
+def _yaml_records(block: str) -> list[str] | None:
+    """(round 19) A YAML code block of records (Kubernetes Jobs, an Ansible playbook's tasks, CI steps) → one line per
+    record that runs a provided script: its command (a ``command:`` list joined, ``env`` entries as ``NAME=value``
+    before it), then `` # `` and the record's other text (a ``description`` annotation, a task's ``name``, its
+    resources) — whatever key order the record has, the text beside the command is that script's. A record is the
+    largest mapping or list item that holds exactly one command (a path a description names does not count).
+    None: not YAML, or no record (the block is read line by line)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(block) if d is not None]
+    except yaml.YAMLError:
+        return None
+    if not docs or not all(isinstance(d, (dict, list)) for d in docs):
+        return None
+
+    def commands(node: Any) -> list[str]:
+        if isinstance(node, str):
+            m = _COMMAND_PATH_RE.match(node)
+            return [m.group(1)] if m else []
+        if isinstance(node, list) and node and all(isinstance(x, (str, int, float)) for x in node):
+            m = _COMMAND_PATH_RE.match(" ".join(map(str, node)))
+            if m:
+                return [m.group(1)]
+        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        return [c for x in items for c in commands(x)]
+
+    def render(node: Any) -> tuple[list[str], list[str], list[str]]:
+        """(command strings, NAME=value env entries, other text) of a record."""
+        cmd: list[str] = []
+        env: list[str] = []
+        text: list[str] = []
+
+        def walk(x: Any, key: str = "") -> None:
+            if isinstance(x, dict):
+                if set(x) >= {"name", "value"} and key == "env":
+                    env.append(f"{x['name']}={x['value']}")
+                    return
+                for k, v in x.items():
+                    walk(v, str(k))
+            elif isinstance(x, list):
+                if x and all(isinstance(y, (str, int, float)) for y in x) and commands(x):
+                    cmd.append(" ".join(map(str, x)))
+                    return
+                for y in x:
+                    walk(y, key)
+            elif x is not None:
+                v = str(x)
+                if isinstance(x, str) and commands(x) and not cmd:
+                    cmd.append(" ".join(v.split()))
+                elif v.strip():
+                    text.append(" ".join(v.split()) if key in ("", "name", "description", "doc", "help", "summary")
+                                or " " in v.strip() else f"{key}: {v}")
+        walk(node)
+        return cmd, env, text
+
+    out: list[str] = []
+
+    def records(node: Any) -> None:
+        n = len(commands(node))
+        if n == 1:
+            cmd, env, text = render(node)
+            out.append(" ".join(env + cmd) + (" # " + "; ".join(text) if text else ""))
+        elif n > 1:
+            for x in (node.values() if isinstance(node, dict) else node):
+                if isinstance(x, (dict, list)):
+                    records(x)
+    records(docs)
+    return out or None
+
+
+def _normalize_blocks(text: str) -> str:
+    """The Scripts section with each YAML code block of records rewritten as one line per record (:func:`_yaml_records`)."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    lines, out, k = text.splitlines(), [], 0
+    while k < len(lines):
+        line = lines[k]
+        if line.lstrip().startswith(("```", "~~~")):
+            end = next((j for j in range(k + 1, len(lines)) if lines[j].lstrip().startswith(("```", "~~~"))), None)
+            lang = line.strip().lstrip("`~").strip().lower()
+            body = lines[k + 1:end] if end is not None else []
+            # (a block with comments keeps them: YAML would drop what they say; a block in another language is read as lines)
+            if end is not None and lang in ("", "yaml", "yml") and not any(
+                    ln.lstrip().startswith("#") or " #" in ln for ln in body):
+                recs = _yaml_records("\n".join(body))
+                if recs is not None:
+                    for r in recs:
+                        out += [r, ""]
+                    k = end + 1
+                    continue
+        out.append(line)
+        k += 1
+    return "\n".join(out)
+
+
 def provided_scripts(description: str, workspace: Path | None = None) -> dict[str, str]:
     """The scripts a task provides → what its description says of each (``""``: nothing).
 
@@ -111,9 +213,11 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     fence, comment_indent = False, -1  # inside a code fence; the indent of the comment line that named ``last``
     folders: list[str] = []  # an annotated tree's folders above the current entry
     preface: list[str] = []  # in a fence, "# comment" lines that name no script, above a recipe ("serve:") that runs one
-    for line in section(description, "Scripts").splitlines():
+    above: int | bool = False  # (round 19) in this fence, the comment above a command says what it does (a crontab's
+    # entries): the indent of the first such command
+    for line in _normalize_blocks(section(description, "Scripts")).splitlines():
         if line.lstrip().startswith(("```", "~~~")):
-            fence, comment_indent, preface = not fence, -1, []
+            fence, comment_indent, preface, above = not fence, -1, [], False
             continue
         if fence and "@" in line and (pm := _PROMPT_RE.match(line)):
             line = "$ " + line[pm.end():]
@@ -125,7 +229,9 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             line = html.unescape(_HTML_TAG_RE.sub("  ", line))
         elif fence and _CSV_ROW_RE.match(line):  # a CSV row (script,run,notes): its fields as columns
             line = "    ".join(next(csv.reader([line.strip()])))
-        comment = fence and line.lstrip().startswith("#") and not line.lstrip().startswith("#!") and (
+        hashed = fence and line.lstrip().startswith("#") and not line.lstrip().startswith("#!")
+        raw_indent = len(line) - len(line.lstrip())
+        comment = hashed and (
             comment_indent >= 0 or bool(_SCRIPT_PATH_RE.search(line)))
         if comment:  # a shell header comment block ("#  python scripts/x.py …" then "#      what it does"); a
             line = line.lstrip()[1:]  # "# comment" under a plain usage line stays the comment it is
@@ -146,11 +252,18 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
         indent = len(line) - len(line.lstrip())
+        if above is not False and hashed and raw_indent <= above and not _COMMAND_PATH_RE.match(text.lstrip("#")):
+            # the next entry's comment, not this one's (a script it names is a reference)
+            preface = (preface if last is None else []) + [text.lstrip("#").strip()]
+            last, comment_indent = None, -1
+            continue
         if comment and last and indent > comment_indent:
             # (deeper: the description of the usage line above, kept as the comment it is)
             out[last] = (out.get(last, "") + " # " + text).strip()
             continue
         m = None if text.startswith("#") or (last and _DOES_LABEL_RE.match(text)) else _SCRIPT_PATH_RE.search(line)
+        if m is not None and _DESC_KEY_RE.search(line, 0, m.start()):
+            m, text = None, "# " + text  # a script a description value names: a reference (and no usage words)
         if tree and (m is None or m.start() != indent):
             m = None  # (a tree entry that is no script: its line names scripts only as references)
             last = None
@@ -161,12 +274,14 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             comment_indent = indent if comment else -1
             if preface and not comment:  # (a justfile/Makefile recipe: the comment above it is the script's doc)
                 out[last] = (out.get(last, "") + " " + " ".join(preface)).strip()
+                above = raw_indent if fence else False  # (and so is the next comment of this fence, no deeper than it)
             preface = []
         elif fence and not last and text.startswith("#") and not text.startswith("#!"):
             preface.append(text.lstrip("#").strip())
             continue
         elif fence and not last and preface and _RECIPE_RE.match(text):
-            continue  # "serve:" / "train data out:" between a recipe's comment and its body
+            preface.append(text)  # "serve:" / "train data out:" between a recipe's comment and its body (``just`` runs it by it)
+            continue
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)
             continue

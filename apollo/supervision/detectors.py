@@ -1202,7 +1202,9 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                                       if "/" in o and o not in f.eval_inputs)
                     continue  # a re-run / retrain of a command run before (new data paths): carries the change out
                 if any(f.tools[k] in ("edit_file", "create_file") and f.writes[k] for k in window if k < i) and \
-                        _reruns_with_fewer_flags(f, i, [j for j in range(i) if f.tools[j] == "run_command" and f.oks[j]]):
+                        _reruns_with_fewer_flags(f, i, [j for j in range(i) if f.tools[j] == "run_command" and f.oks[j]
+                                                        and not (f.steps[j].observation.exit_code and not f.background(j))]):
+                    # ((round 19) a run that crashed carried nothing out: its flags are no earlier value)
                     continue  # (the same script again, defaults for what it leaves out, after the window's edit)
                 ran.add(cmd)
                 ran.update(_part_shapes(f.command(i)))
@@ -1287,14 +1289,17 @@ def _only_removes(f: Facts, i: int) -> bool:
     return bool(paths) and not any(covers(p, e) or covers(e, p) for p in paths if p for e in f.eval_inputs)
 
 
+_COMPILE_ERROR_RE = re.compile(r"^(?:SyntaxError|IndentationError|TabError):", re.MULTILINE)
+
+
 def _repairs_crash(f: Facts, i: int) -> bool:
     """Edit ``i`` touches the file that the last command before it crashed on (the traceback or the command names
     it): a repair."""
     path = norm_path(f.args[i].get("path"))
     last = next((j for j in range(i - 1, -1, -1) if f.tools[j] == "run_command" and f.oks[j]), None)
     if bool(path) and last is not None and bool(f.steps[last].observation.exit_code) and \
-            (path in f.command(last) or path in f.obs[last]) and "Traceback" in f.obs[last]:
-        return True
+            (path in f.command(last) or path in f.obs[last]) and ("Traceback" in f.obs[last] or _COMPILE_ERROR_RE.search(f.obs[last])):
+        return True  # (round 19: a syntax error prints no traceback header)
     # a background job whose session output showed the traceback through that file, with no launch since
     shown = next((j for j in range(i - 1, -1, -1) if f.tools[j] in ("get_session_output", "run_command") and f.oks[j]), None)
     return bool(path) and shown is not None and f.tools[shown] == "get_session_output" and "Traceback" in f.obs[shown] \
@@ -1602,7 +1607,7 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
 
 
 SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (see _short_check)
-_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)|\((?:one|1|a\s+single)\s+GPU\)")
+_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)|\((?:one|1|(?:a\s+)?single)\s+GPU\)")
 
 
 def _short_check(f: Facts, script: str) -> bool:

@@ -187,7 +187,9 @@ SERVER_DOC_RE = re.compile(r"(?i)\blong-lived\b|\bruns until (?:stopped|killed)\
                            r"|(?:^|[|:\u2014\u2013]\s*|\s-\s)(?:an?\s+|the\s+)?(?:vllm|sglang|openai[- ]compatible|http|api|"
                            r"inference|model|policy)\s+server\b|\bserves?\b[^.;|]{0,60}\bon\s+ports?\b"
                            # (round 14) "Serve the paraphraser (…; REPLICAS x TP GPUs, ports 8000 and up)"
-                           r"|\bserve\b[^.;|]{0,80}\bports?\s+\d{4}")
+                           r"|\bserve\b[^.;|]{0,80}\bports?\s+\d{4}"
+                           # (round 19) "serve Qwen2.5-32B-Instruct: … behind a proxy on :8000"
+                           r"|\bserve\b(?:[^.;|]|\.(?=\d)){0,100}\bon\s+:\d{4}\b")
 VLLM_RE = re.compile(r"\bvllm\b", re.IGNORECASE)
 VLLM_MISSING_RE = re.compile(
     r"(?i)vllm\W{0,3}(?:is|are)?\s*(?:not|n't)\s+(?:installed|available|supported|usable)|no\s+vllm\b|without\s+vllm"
