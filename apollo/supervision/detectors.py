@@ -1451,6 +1451,7 @@ _TP_ARG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)(?:=|\s+)(\d+)")
 _DP_ARG_RE = re.compile(r"--(?:data[_-]parallel(?:[_-]size)?|dp|(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
 _GPU_ENV_RE = re.compile(r"(?:^|[\s;&(])(N_?GPUS?|NUM_GPUS|GPUS|NGPU|NPROC(?:_PER_NODE)?|WORLD_SIZE)=(\d+)\s")
 _TP_EACH_RE = re.compile(r"(?i)\b(?:TP\s*=?\s*|tensor[- ]parallel(?:ism)?\s+(?:of\s+)?)(\d+)\s+(?:each|per\s+(?:copy|replica))\b")
+_ONE_PER_GPU_RE = re.compile(r"(?i)\breplicas?\b[^.;]{0,60}\b(?:one|a\s+replica)\s+per\s+GPU\b|" + _PER_GPU_RE.pattern[4:])
 _REPLICAS_TP_ENV_RE = re.compile(r"(?:^|[\s;&(])(REPLICAS|TP)=(\d+)(?=\s)")
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
 _DEVICE_LOOP_RE = re.compile(r"\bfor\s+(\w+)\s+in\s+((?:\d+\s+)*\d+)\s*;\s*do\b[^\n]*?CUDA_VISIBLE_DEVICES=['\"]?\$\{?\1\b")
@@ -1536,6 +1537,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
         env_vals = dict(rt)
         if "REPLICAS" in env_vals and "TP" not in env_vals:  # (round 17) "REPLICAS copies …, TP=2 each"
             each = next((m.group(1) for s in f.script_runs(i) if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), None)
+            if each is None and any(_ONE_PER_GPU_RE.search(f.script_docs.get(s, "")) for s in f.script_runs(i)):
+                each = "1"  # (round 19) "rewriter replicas of the 14B model, one per GPU (REPLICAS)"
             if each:
                 env_vals["TP"] = each
         if "REPLICAS" in env_vals and "TP" in env_vals:

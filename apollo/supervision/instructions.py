@@ -288,15 +288,17 @@ CAP_GPUS_RE = re.compile(r"(?i)\b(?:run|train|launch|keep)\b[^.;!?]{0,30}?\b(?:o
 _IDS = r"(\d(?:\s*(?:-|\u2013|,|and|&)\s*\d)*)"
 GPU_IDS_BOOKED_RE = re.compile(r"(?i)\bGPUs?\s+" + _IDS + r"\b[^.;!?]{0,30}?\b(?:are|is|will\s+be|get|got)\s+(?:\w+\s+)?"
                                r"(?:booked|reserved|taken|in\s+use|occupied|blocked|claimed|lent|loaned|borrowed)\b"
+                               # (round 19) "GPUs 6 and 7 are running Ana's guard experiments", "GPUs 4-7 are Lin's"
+                               r"|\bGPUs?\s+" + _IDS + r"\s+(?:are|is)\s+(?:running\s+)?[A-Z][a-z]+'s\b"
                                # (round 18) "please leave GPU 7 alone this morning, Dana is profiling on it"
                                r"|\b(?:leave|keep\s+off|stay\s+off|don'?t\s+touch|do\s+not\s+touch)\s+GPUs?\s+" + _IDS +
                                r"\s+(?:alone|free|untouched|idle)\b")
 GPU_IDS_KEEP_RE = re.compile(r"(?i)\b(?:keep|stay|run|start|put|use|stick)\b[^.;!?]{0,40}?\b(?:on\s+(?:GPUs?\s+)?"
                              r"(\d\s*(?:-|\u2013)\s*\d|\d(?:\s*(?:,|and|&)\s*\d)+)|(?:on|to)\s+GPU\s+(\d))(?![\w.])")
 # a later message that frees them: "all 8 GPUs are yours again", "demo's over", "the reservation is over"
-GPUS_FREE_RE = re.compile(r"(?i)\ball\s+(?:the\s+)?(?:\d+|four|six|eight)\s+(?:GPUs|cards)\s+(?:are\s+)?(?:yours|free|available)\b"
+GPUS_FREE_RE = re.compile(r"(?i)\ball\s+(?:the\s+)?(?:\d+|four|six|eight)\s+(?:(?:GPUs|cards)\s+)?(?:are\s+)?(?:yours|free|available)\b"
                           r"|\b(?:reservation|booking|demo|hold)(?:'s|\s+is)\s+(?:over|done|finished)\b"
-                          r"|\bGPUs?\s+" + _IDS + r"\s+(?:are|is)\s+(?:free|available|yours|released)\b")
+                          r"|\bGPUs?\s+" + _IDS + r"\s+(?:are|is)\s+(?:free|available|yours|released|back)\b")  # (round 19: "is back")
 # (round 16) "max 32 worker processes for anything you run there", "at most 16 workers", "no more than 8 processes": a cap on
 # every run's worker-count flag (the usage line's default included)
 WORKER_CAP_RE = re.compile(r"(?i)\b(?:max(?:imum)?(?:\s+of)?|at\s+most|no\s+more\s+than|not\s+more\s+than|up\s+to|under|below|cap\w*"
@@ -937,7 +939,7 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
                                              "any_script": "1"}))
     mb, mk = GPU_IDS_BOOKED_RE.search(sent), GPU_IDS_KEEP_RE.search(sent)
     if mb or mk:  # (round 16) GPU ids held by someone else for a while: a job may use the others only
-        vals = {"booked": ",".join(map(str, gpu_ids(mb.group(1) or mb.group(2))))} if mb else {}
+        vals = {"booked": ",".join(map(str, gpu_ids(next(g for g in mb.groups() if g))))} if mb else {}
         if mk and not mb:  # (the GPUs left by a booking hold for every job; "for dev checks stick to GPU 0" is the checks')
             vals["ids"] = ",".join(map(str, gpu_ids(mk.group(1) or mk.group(2))))
         res.append(d("gpu_ids", "", vals))
@@ -2068,7 +2070,9 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
 
 
 # (round 15: "keep rollout.n at 8 and please don't touch the KL settings" is two clauses)
-_G_CLAUSE_END_RE = re.compile(r"(?i);|\bbut\b|\bwhile\b|\bexcept\b|\band\s+(?:please\s+|pls\s+)?(?:don'?t|do\s+not|never|keep|leave)\b")
+# (round 19: and a lowercase sentence of a chat message, "stay at 0.8 or below please. at 1.0 the 72B starts …")
+_G_CLAUSE_END_RE = re.compile(r"(?i);|\bbut\b|\bwhile\b|\bexcept\b|\band\s+(?:please\s+|pls\s+)?(?:don'?t|do\s+not|never|keep|leave)\b"
+                              r"|(?<=[a-z]{2}[.!?])(?<!etc\.)(?<!vs\.)\s+(?-i:(?=[a-z]))")
 
 
 def _g_clause(sent: str, pos: int) -> tuple[int, int]:
