@@ -1689,6 +1689,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif p.flag_reruns and runs and (twin_j := _same_run_again(f, i)) is not None:
                 out.append(_drop(i, "resource_waste", f"ran {runs[0]} again as at step {twin_j} (only its output path "
                                                       "differs, if at all) with nothing it reads changed since"))
+            elif p.flag_reruns and runs and (built := _rebuilds_built(f, i)) is not None:
+                out.append(_drop(i, "resource_waste", f"ran {built} again, whose output the task says is already built, "
+                                                      "with nothing it reads changed"))
             elif twin is not None:
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs"))
@@ -1761,6 +1764,27 @@ def _lead_key(key: str) -> str:
     scripts/dev_spans.py --ckpt <OUT>` is the training run of `train.sh cfg <OUT>`, scored as it ends)."""
     parts = re.split(r"\s*&&\s*", key)
     return " && ".join([parts[0], *(q for q in parts[1:] if "<OUT>" not in q)])
+
+
+# (round 19) "builds the BM25 index of the snapshot (already built in index/; rebuild only if the snapshot changes)",
+# "Tokenizes and packs raw files … data/packed/ is already built."
+_ALREADY_BUILT_RE = re.compile(r"(?i)\balready\s+(?:built|computed|packed|tokenized|indexed|cached)\b")
+
+
+def _rebuilds_built(f: Facts, i: int) -> str | None:
+    """Run ``i`` runs a provided script whose line says its output is already built, and no earlier step wrote a file
+    the command names or removed anything: the script (None: not such a run)."""
+    for s in f.script_runs(i):
+        if not _ALREADY_BUILT_RE.search(f.script_docs.get(s, "")):
+            continue
+        cmd = f.command(i)
+        for j in range(i):
+            if f.tools[j] == "run_command" and f.oks[j] and re.search(r"(?:^|[\s;&|])rm\s", f.command(j)):
+                return None  # (the built output may be gone)
+            if f.writes[j] and any(w and w in cmd for w in f.written_paths(j)):
+                return None  # (an input it reads has changed)
+        return s
+    return None
 
 
 def _same_run_again(f: Facts, i: int) -> int | None:
@@ -2154,6 +2178,8 @@ def _feeds_eval(f: Facts, i: int) -> bool:
         cmd = f.command(i)
         if ("cp " in cmd or "mv " in cmd) and CP_RE.search(cmd):
             return True
+        if runs and f.is_server(i) and not any(covers(w, e) for w in f.written_paths(i) for e in f.eval_inputs):
+            return False  # (round 19) a server (re)started in another layout writes no evaluated file
         # (round 17: a config edited in place for the training chained after it is that run's input, not an evaluated file)
         if "sed" in cmd and (sm := SED_I_RE.search(cmd)) and (
                 not runs or any(covers(norm_path(sm.group(1)), e) or covers(e, norm_path(sm.group(1))) for e in f.eval_inputs)):

@@ -249,7 +249,10 @@ def doc_says(pattern: re.Pattern[str], doc: str) -> bool:
 def _eval_inputs(description: str) -> frozenset[str]:
     """Output paths the task's ``## Evaluation`` section names."""
     sec = section(description, "Evaluation")
-    return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
+    out = {norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec)}
+    # (round 19) the workspace code it runs or imports: "runs `judge/judge.py` on 2,000 held-out pairs"
+    out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:runs?|imports?|loads?|calls?|uses?)\s+`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
+    return frozenset(out)
 
 
 @lru_cache(maxsize=4096)
