@@ -1061,9 +1061,11 @@ def directives(f: Facts) -> list[Directive]:
         return []
     stems = _script_stems(f)
     flags = _script_flags(f)
+    nouns = _placeholder_nouns(f)
     for s in f.steps:
         for g in s.guidance:
-            out.extend(extract(_with_flag_dashes(_with_script_paths(g.text, stems), flags), s.index))
+            out.extend(extract(_with_placeholder_flags(_with_flag_dashes(_with_script_paths(g.text, stems), flags), nouns),
+                               s.index))
             if "xclude" in g.text and (m := EXCLUDE_NAME_RE.search(g.text)):
                 # "Exclude them (source 'kaggle-kernels')": every provided script with an --exclude… flag must get it
                 name = m.group(1) or m.group(2)
@@ -1091,6 +1093,30 @@ def _script_flags(f: Facts) -> frozenset[str]:
     concurrency (24)")."""
     return frozenset(m for s in f.scripts for m in re.findall(r"--([A-Za-z]\w*[_-]\w+|[A-Za-z]{5,}(?=[= ]\d))",
                                                              f.script_docs.get(s, "")))
+
+
+def _placeholder_nouns(f: Facts) -> dict[str, str]:
+    """(round 19) Plural nouns a provided script's line counts with a placeholder that is also its flag ("runs
+    agent/verify.py on N dev claims …" with ``--n 400``): noun → flag (nouns two scripts count with different flags
+    are left out)."""
+    out: dict[str, str] = {}
+    for sc in f.scripts:
+        doc = f.script_docs.get(sc, "")
+        for m in re.finditer(r"\b([A-Z][A-Z_]*)\s+(?:[a-z]+\s+)?([a-z]{4,}s)\b", doc):
+            flag = m.group(1).lower()
+            if re.search(rf"--{re.escape(flag)}[= ]", doc):
+                out[m.group(2)] = "" if out.get(m.group(2), flag) != flag else flag
+    return {k: v for k, v in out.items() if v}
+
+
+def _with_placeholder_flags(text: str, nouns: dict[str, str]) -> str:
+    """The message with a count of such a noun written with its flag ("keep dev runs to 200 claims or fewer" →
+    "… to --n 200 claims or fewer")."""
+    hit = [k for k in nouns if k in text]
+    if not hit:
+        return text
+    rx = re.compile(r"(?<![\w.-])(\d[\d,]*)(\s+(?:[a-z]+\s+)?(" + "|".join(map(re.escape, hit)) + r"))\b")
+    return rx.sub(lambda m: f"--{nouns[m.group(3)]} {m.group(1)}{m.group(2)}", text)
 
 
 def _with_flag_dashes(text: str, flags: frozenset[str]) -> str:
