@@ -1681,7 +1681,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             is_job = bool(runs) or f.background(i) or bool(_LAUNCHER_RE.search(cmd))
             gpu, used = gpu_job(f, i) if pool and pool >= 2 else (False, None)
             twin = next((j for j in f.jobs_before[i] if runs and f.background(i) and j.session != f.session(i)
-                         and set(runs) & set(f.script_runs(j.step)) and not _waited_and_evaluated(f, j, i)),
+                         and set(runs) & set(f.script_runs(j.step)) and not _waited_and_evaluated(f, j, i)
+                         and not _other_inputs(f, i, j.step)),
                         None) if gpu or f.is_server(i) else None
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
@@ -1785,6 +1786,18 @@ def _rebuilds_built(f: Facts, i: int) -> str | None:
                 return None  # (an input it reads has changed)
         return s
     return None
+
+
+def _other_inputs(f: Facts, i: int, j: int) -> bool:
+    """(round 19) Runs ``i`` and ``j`` of one script pass a different checkpoint or input (``--ckpt runs/sft0`` beside
+    ``--ckpt runs/base``): two jobs, not a second copy of one."""
+    def ins(k: int) -> dict[str, str]:
+        return {fl: v for fl, v in _FLAG_PAIR_RE.findall(f.command(k)) if _INPUT_FLAG_RE.match(fl)}
+    a, b = ins(i), ins(j)
+    return any(fl in b and b[fl] != v for fl, v in a.items())
+
+
+_INPUT_FLAG_RE = re.compile(r"--(?:ckpt|checkpoint|model|model[_-](?:path|dir|name)|in|input|data|dataset|config)$")
 
 
 def _same_run_again(f: Facts, i: int) -> int | None:
