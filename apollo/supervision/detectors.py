@@ -1218,6 +1218,8 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             causes = [i for i in reruns if _new_inputs(f, i)]  # (a retrain on the unverified mix instead of the verified)
         if any(i not in held for i in causes):
             causes = [i for i in causes if i not in held]
+        if len(causes) > 1:
+            causes = _cleared_by_dev(f, causes, end)
         # (round 17: a breach among the carried edits is violate_instruction at its own step, and the other carried
         # change still carries the drop, as the labelers of sets 12 and 13 label a breach and a change before one drop)
         for i in causes:
@@ -1225,6 +1227,41 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                 f"with a job still running at the eval at step {pos0} (which did not measure it)"
             out.append(_drop(i, "performance_regression",
                              f"changed what is evaluated {when} (best so far {best:g}); {nxt} scored {s1:g}"))
+    return out
+
+
+# a dev check's printed metric: "[score] acc 0.715", "[dev] macro-F1 0.634", "recall@1 522/800 = 0.652", "pass@1 0.41"
+_READING_RE = re.compile(r"(?i)\b(?:acc(?:uracy)?|macro[- ]?F1|F1|recall@\d+|pass@\d+|i?BLEU|agreement|win[ -]rate|exact[ -]match|"
+                         r"match)\b[^\d\n]{0,12}(?:\d+/\d+\s*=\s*)?(\d+(?:\.\d+)?)")
+
+
+def _dev_reading(f: Facts, r: int) -> float | None:
+    """The metric a dev check prints at step ``r`` (its foreground run or the session output that shows it)."""
+    if not f.oks[r] or f.tools[r] not in ("run_command", "get_session_output"):
+        return None
+    text = f.obs[r]
+    devs = _dev_scripts(f) + [s for s in f.scripts if _SCORER_NAME_RE.search(os.path.basename(s))]
+    if not devs or not any(d in text or d in f.command(r) for d in devs):
+        return None
+    body = text.split("\n", 1)[-1] if text.startswith("$ ") else text  # (not the command's echo)
+    m = _READING_RE.search(body)
+    return float(m.group(1)) if m else None
+
+
+def _cleared_by_dev(f: Facts, causes: list[int], end: int) -> list[int]:
+    """(round 19) Of several changes before one drop, those a dev check after them (and before the next change) scored
+    above the dev check after the last change: the drop came later (the labelers of set 15 name the change whose dev
+    check fell)."""
+    readings = [(r, v) for r in range(causes[0] + 1, end) if (v := _dev_reading(f, r)) is not None]
+    final = next((v for r, v in readings if r > causes[-1]), None)
+    if final is None:
+        return causes
+    out = []
+    for k, nxt in zip(causes, causes[1:] + [end]):
+        mine = next((v for r, v in readings if k < r < nxt), None)
+        if k != causes[-1] and mine is not None and mine > final:
+            continue
+        out.append(k)
     return out
 
 
