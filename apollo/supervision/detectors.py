@@ -1819,8 +1819,10 @@ def _rebuilds_built(f: Facts, i: int) -> str | None:
         for j in range(i):
             if f.tools[j] == "run_command" and f.oks[j] and re.search(r"(?:^|[\s;&|])rm\s", f.command(j)):
                 return None  # (the built output may be gone)
-            if f.writes[j] and any(w and w in cmd for w in f.written_paths(j)):
-                return None  # (an input it reads has changed)
+            if f.writes[j] and any(w and (w in cmd or any(covers(t, w) for t in re.findall(r"[\w.-]+/[\w./-]*|[\w-]+/?",
+                                                                                          cmd) if "/" in t or t == w))
+                                   for w in f.written_paths(j)):
+                return None  # (an input it reads, or a file under a folder it reads, has changed)
         return s
     return None
 
