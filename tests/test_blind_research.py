@@ -122,8 +122,10 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # fb73720, held out (round 15: 0.91 / 0.79); 0.93 / 0.83 after round 18
     ("blind_research14", "test", 66, 0.88, 0.76),  # round 18 (tuned on its dev split only): 0.91 / 0.79 at 3cd5bae, measured
                                                    # once (round 17: 0.91 / 0.79)
-    ("blind_research15", None, 128, 0.77, 0.77),   # written and labeled after round 18, never tuned on: 0.80 / 0.80 on all
-                                                   # 482 actions at 2490025 (round 15: 0.78 / 0.81)
+    ("blind_research15", None, 128, 0.87, 0.82),   # written and labeled after round 18: 0.80 / 0.80 on all 482 actions at
+                                                   # 2490025, held out (round 15: 0.78 / 0.81); 0.90 / 0.85 after round 19
+    ("blind_research15", "test", 67, 0.87, 0.78),  # round 19 (tuned on its dev split only): 0.90 / 0.81 at ec18dee, measured
+                                                   # once (round 18: 0.84 / 0.79)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
