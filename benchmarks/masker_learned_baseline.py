@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from apollo.schema import iter_trajectories  # noqa: E402
-from apollo.supervision.masker import Masker, MaskConfig  # noqa: E402
+from apollo.schema import iter_trajectories
+from apollo.supervision.masker import MaskConfig, Masker
 
 FIX = ROOT / "tests" / "fixtures"
 _TOK = re.compile(r"--?[A-Za-z][\w-]*|[A-Za-z_][A-Za-z_]+|\d+(?:\.\d+)?")
@@ -60,7 +60,8 @@ def research_sets() -> list[str]:
 def rows_of(name: str) -> list[dict]:
     """One row per labeled action of a set: features, the label's keep/drop and category, the rule decision."""
     d = FIX / name
-    labels = {(r["trajectory_id"], r["step_index"]): r for r in map(json.loads, open(d / "labels.jsonl"))}
+    labels = {(r["trajectory_id"], r["step_index"]): r
+              for r in map(json.loads, (d / "labels.jsonl").read_text().splitlines())}
     tasks = str(d / "tasks") if (d / "tasks").is_dir() else None
     m = Masker(MaskConfig.from_params({"judge": {"backend": "none"}, **({"tasks": tasks} if tasks else {})}))
     trajs = list(iter_trajectories(d / "rollouts.jsonl"))
