@@ -262,7 +262,9 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
 _MODULE_LAUNCH_RE = re.compile(r"(?:\btorchrun\b|\bdeepspeed\b|\baccelerate\s+launch\b|\bpython3?)\b[^;&|]*?\s-m\s+([\w.]+)")
 
 
-_PRINTS_SCORE_RE = re.compile(r"print\([^)]*(?:/\s*len\(|\bmean\(|:\.\d+f|accuracy|score|f1|\bexact\b)", re.IGNORECASE)
+# (round 20: parentheses inside the print, "print(sum(x['pred']==g[x['id']] for x in p)/len(p))")
+_PRINTS_SCORE_RE = re.compile(r"print\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*?(?:/\s*len\(|\bmean\(|:\.\d+f|accuracy|score|f1|\bexact\b)",
+                              re.IGNORECASE)
 
 
 @lru_cache(maxsize=4096)
@@ -374,16 +376,22 @@ def _dev_evaluator(f: Facts) -> str | None:
 _DEV_DATA_RE = re.compile(r"""['"][^'"\n]*\b(?:dev|val|valid|validation)(?:[_-][\w-]*)?(?:/|\.(?:jsonl?|tsv|csv|txt)['"])""")
 _METRIC_LIB_RE = re.compile(r"\b(?:corpus_score|sentence_score|corpus_bleu|f1_score|accuracy_score|evaluate\.load)\(|\bfrom\s+"
                             r"(?:sacrebleu|rouge_score|sklearn\.metrics|evaluate)\b")
-_SCORER_NAME_RE = re.compile(r"(?i)score|eval|bench|judge|exec|check|metric")
+_SCORER_NAME_RE = re.compile(r"(?i)score|eval|bench|judge|exec|check|metric|agree")
 
 
 def _dev_scorer(f: Facts) -> str | None:
     """The task's one provided dev scorer: a dev evaluator (:func:`_dev_evaluator`), or of several scripts named for
     dev work the one named for scoring (``score_dev.py`` beside ``run_dev.py``)."""
     devs = _dev_scripts(f)
+    # (round 20) and a scorer named for scoring beside a dev runner ("score.py" beside "run_dev.py", "agreement.py")
+    if not any(_SCORER_NAME_RE.search(os.path.basename(s)) for s in devs):
+        devs += [s for s in f.scripts if s not in devs and _MEASURE_NAME_RE.search(os.path.basename(s))]
     if len(devs) > 1:
         devs = [s for s in devs if _SCORER_NAME_RE.search(os.path.basename(s))]
     return devs[0] if len(devs) == 1 else None
+
+
+_MEASURE_NAME_RE = re.compile(r"(?i)score|metric|agree")
 
 
 _OPEN_READ_RE = re.compile(r"""open\(\s*[fr]?['"]([^'"{}]+)['"]\s*\)|open\(\s*[fr]?['"]([^'"{}]+)['"]\s*,\s*['"]r""")
@@ -997,7 +1005,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
             if _WORKERS_FLAG_RE.match(fl) and flags.get(fl) == "1" and re.search(
                     rf"(?i)\bin\s+{re.escape(default)}\s+parallel\b|\bparallel\s+(?:workers|requests|clients)\b"
                     # (round 16) "the scaffold on N dev documents, W at a time" (`--workers {W}`)
-                    + (rf"|(?<![\w-]){re.escape(default)}\s+(?:at\s+a\s+time|in\s+parallel|concurrently)\b" if default else ""), doc or ""):
+                    + (rf"|(?<![\w-]){re.escape(default)}\s+(?:at\s+a\s+time|in\s+parallel|concurrently)\b" if default else "")
+                    # (round 20) "runs agent/verify.py on N dev claims with W threads" (`--workers 32`)
+                    + r"|\bwith\s+[A-Z]\s+(?:threads|parallel\s+workers|concurrent\s+requests)\b", doc or ""):
                 return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
     return None
 

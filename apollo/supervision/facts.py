@@ -358,7 +358,7 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
                               r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])\"(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
-                              r"|\s{2,}(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
+                              r"|\s{2,}(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               # (round 18) an Org-mode verbatim cell (`| =python x.py --ckpt DIR= |`), a bot's help arrow (`→ python x.py`)
                               r"|(?<=[|\s])=(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed)\s)"
                               r"|(?:\u2192|->|=>)\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed)\s)"
@@ -520,6 +520,19 @@ _DEFAULT_OUT_RE = re.compile(r"(?i)\bdefaults?\b[^`]{0,20}`((?:outputs?|results?
                              r"(?:under|to|in(?:to)?)\s+`((?:outputs?|results?)/[^`\s]+)`"
                              # (round 14) "replaces `outputs/final/` with the weights of DIR", "installs DIR as outputs/final"
                              r"|\b(?:replaces|overwrites|fills|installs\s+\S+\s+as)\s+`?((?:outputs?|results?)/[\w./-]+)")
+
+
+def _prose_placeholders(doc: str, n: int) -> list[str] | None:
+    """(round 20) The names a line's prose gives a usage's ``n`` literal positional arguments ("the team verifier recipe
+    on NGPU GPUs: DATA OUTDIR" after ``train_proxy.sh outputs/train.jsonl runs/proxy0``): ``n`` placeholders in a row
+    (None: no such run of names)."""
+    if n < 2:
+        return None
+    for m in re.finditer(r"(?<![\w/.-])[A-Z][A-Z0-9_]*(?:\s+[A-Z][A-Z0-9_]*)+(?![\w/.-])", doc):
+        names = m.group(0).split()
+        if len(names) == n and any(_OUT_NAME_RE.match(x) for x in names) and not all(_OUT_NAME_RE.match(x) for x in names):
+            return names
+    return None
 
 
 def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
@@ -973,7 +986,10 @@ class Facts:
             outs = [norm_path(v) for n, v in zip(sig.positional, pos) if _OUT_NAME_RE.match(n)]
             if not outs and not sig.output_names():  # (round 12) "run.sh configs/x.yaml outputs/grpo_NAME",
                 lit = [k for k, n in enumerate(sig.positional[:len(pos)]) if n.startswith("outputs/")]  # "export.sh
-                if lit:  # outputs/grpo_NAME outputs/final": the last outputs/ path the line shows is what it writes
+                names = _prose_placeholders(doc or "", len(sig.positional))  # (round 20) "… on DATA into OUTDIR": by name
+                if names:
+                    outs = [norm_path(pos[k]) for k, n in enumerate(names[:len(pos)]) if _OUT_NAME_RE.match(n)]
+                elif lit:  # outputs/grpo_NAME outputs/final": the last outputs/ path the line shows is what it writes
                     outs = [norm_path(pos[lit[-1]])]
             outs += [norm_path(v) for f, v in flags.items() if v and f in sig.output_flags()]
             outs = [p for p in outs if p]
