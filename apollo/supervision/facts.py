@@ -532,7 +532,18 @@ def _prose_placeholders(doc: str, n: int) -> list[str] | None:
         names = m.group(0).split()
         if len(names) == n and any(_OUT_NAME_RE.match(x) for x in names) and not all(_OUT_NAME_RE.match(x) for x in names):
             return names
+    # or the prose's placeholders in order, apart from the usage's own VAR=value settings ("the team recipe on
+    # data/train.jsonl plus AUG (torchrun, NGPU) into OUTDIR" after `NGPU=8 bash scripts/train_el.sh A B`)
+    env = set(re.findall(r"(?<![\w-])([A-Z][A-Z0-9_]*)=", doc))
+    names = list(dict.fromkeys(x for x in re.findall(r"(?<![\w/.$-])([A-Z][A-Z0-9_]{2,})(?![\w/.=-])", doc)
+                               if x not in env and x not in _NOT_PLACEHOLDER))
+    if len(names) == n and _OUT_NAME_RE.match(names[-1]) and not any(_OUT_NAME_RE.match(x) for x in names[:-1]):
+        return names
     return None
+
+
+_NOT_PLACEHOLDER = frozenset({"GPU", "GPUS", "CPU", "CPUS", "LLM", "API", "JSON", "JSONL", "YAML", "SFT", "GRPO", "PPO", "DPO",
+                              "HTTP", "URL", "NLI", "BM25", "HF", "TP", "DP", "EOF", "CUDA", "NOT", "AND", "THE"})
 
 
 def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
