@@ -1731,6 +1731,10 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                          and set(runs) & set(f.script_runs(j.step)) and not _waited_and_evaluated(f, j, i)
                          and not _other_inputs(f, i, j.step)),
                         None) if gpu or f.is_server(i) else None
+            if twin is None and runs and f.background(i):  # (round 20) any job started again, word for word but its output
+                twin = next((j for j in f.jobs_before[i] if j.session != f.session(i) and not j.server
+                             and _lead_key(_run_key(f, j.step)) == _lead_key(_run_key(f, i))
+                             and not _waited_and_evaluated(f, j, i)), None)
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
                                  f"re-ran the finished job '{short(cmd)}' (step {done_cmds[cmd]}) with nothing changed since"))
@@ -1787,7 +1791,10 @@ def _run_key(f: Facts, i: int) -> str:
     for s in f.script_runs(i):
         for o in sorted(f.script_outputs(i, s)[0], key=len, reverse=True):
             cmd = re.sub(rf"(?<![\w/.-]){re.escape(o)}/?(?![\w/.-])", "<OUT>", cmd)
-    return cmd
+    return _OUT_FLAG_VALUE_RE.sub(r"\1<OUT>", cmd)  # (round 20: an --out flag whatever the line says of it)
+
+
+_OUT_FLAG_VALUE_RE = re.compile(r"(--(?:out|output|out[_-]?dir|output[_-]?dir|save[_-]?dir)[= ])(?!<OUT>)\S+")
 
 
 def _run_succeeded(f: Facts, j: int, i: int) -> bool:
