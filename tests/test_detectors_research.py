@@ -1862,3 +1862,47 @@ def test_round_19_layouts_and_directives_from_the_fifteenth_sets_dev_split():
     fix = st("edit_file", {"path": "scripts/select.py", "start_line": 36, "end_line": 36, "content": "    x"}, "Edited")
     f = Facts(traj(crash, fix, desc=DESC, facts=facts), TaskInfo.from_facts(facts, "t"))
     assert _repairs_crash(f, 1)
+
+
+def test_round_20_from_the_fifteenth_sets_spent_test_split():
+    """Round 20 (blind_research15's test split, spent after round 19's measurement): a shell line that does not parse is
+    compile_error; an env-prefixed usage after a crontab's time fields is a usage (its --batch-size 64 then makes
+    --batch-size 1 serial); "with W threads" runs in parallel; a usage's literal arguments are named by the line's
+    placeholders (DATA OUTDIR: the training writes the second, it reads the evaluated first); a one-liner printing a
+    score beside a provided scorer named for scoring; "don't pass key=value overrides to X"; a job started again word
+    for word, while the first runs, whatever it runs on."""
+    from apollo.supervision.facts import Facts, TaskInfo, signature
+
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    bad = run("x=1; if [ $x ]; then ls fi", "$ x=1; if [ $x ]; then ls fi\nbash: -c: line 1: syntax error: unexpected end "
+              "of file\n\n[finished, exit code 2]", 2)
+    masked, _ = Masker(MaskConfig()).mask([traj(bad, desc=DESC, facts=FACTS)])
+    assert masked[0].steps[0].mask.category == "compile_error"
+    cron = "NLI scores, one GPU per shard 0  1  *   *   *    CUDA_VISIBLE_DEVICES=0 python scripts/nli.py --shard 0 --batch-size 64"
+    assert ("--batch-size", "64") in signature(cron).flags
+    scripts = {**SCRIPTS, "scripts/nli.py": cron,
+               "scripts/run_dev.py": "python scripts/run_dev.py --n 400 --workers 32 --out runs/dev0 # runs agent/verify.py "
+                                     "on N dev claims with W threads",
+               "scripts/score.py": "python scripts/score.py --pred runs/dev0 # label accuracy of a dev run",
+               "scripts/train_proxy.sh": "the team verifier recipe on NGPU GPUs (proxy of the evaluation): DATA OUTDIR  "
+                                         "0 4 * * *    NGPU=4 bash scripts/train_proxy.sh outputs/train.jsonl runs/proxy0",
+               "scripts/train_cpt.sh": "NGPU=8 bash scripts/train_cpt.sh CONFIG OUTDIR # continued pretraining"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    desc = DESC.replace("`outputs/ckpt/final/` on a hidden test set", "`outputs/train.jsonl` on a hidden test set")
+    tr = lambda *steps: traj(*steps, desc=desc, facts=facts)  # noqa: E731
+    serial = run("CUDA_VISIBLE_DEVICES=0 python scripts/nli.py --shard 0 --batch-size 1")
+    workers = bg("python scripts/run_dev.py --n 50 --workers 1 --out runs/d1", "d")
+    assert list(drops(tr(serial, workers), "inefficient_inference")) == [0, 1]
+    f = Facts(tr(run("NGPU=4 bash scripts/train_proxy.sh outputs/train.jsonl runs/p1")), TaskInfo.from_facts(facts, "t"))
+    assert f.script_outputs(0, "scripts/train_proxy.sh") == (["runs/p1"], True)
+    assert drops(tr(bg("NGPU=4 bash scripts/train_proxy.sh outputs/train.jsonl runs/p1", "t"), ev()), "improper_eval") == {}
+    acc = run("python -c \"import json; g={json.loads(l)['id']: json.loads(l)['label'] for l in open('data/dev.jsonl')}; "
+              "p=[json.loads(l) for l in open('runs/dev0/preds.jsonl')]; print(sum(x['pred']==g[x['id']] for x in p)/len(p))\"")
+    assert list(drops(tr(acc), "ignore_script")) == [0]
+    ask = "Please don't pass key=value overrides to train_cpt.sh for anything. Put every setting in configs/cpt.yaml."
+    plain = bg("NGPU=8 bash scripts/train_cpt.sh configs/cpt.yaml runs/c0", "t")
+    over = bg("NGPU=8 bash scripts/train_cpt.sh configs/cpt.yaml runs/c1 train.max_tokens=100000000", "t")
+    assert list(drops(tr(g(plain, ask), over), "violate_instruction")) == [1]
+    d0, d1 = bg("python scripts/run_dev.py --n 400 --workers 32 --out runs/a", "a"), bg("python scripts/run_dev.py --n 400 "
+                                                                                         "--workers 32 --out runs/b", "b")
+    assert list(drops(tr(d0, d1), "resource_waste")) == [1]
