@@ -2170,7 +2170,9 @@ def _gpu_count_breach(f: Facts, i: int, d: Any) -> str | None:
 
 _EVAL_MISSING_RE = Gated.derive(re.compile(r"[\w./-]+ (?:not found|does not exist|is missing)|No such file[^\n]*"
                                             # (round 19) "no weights found in outputs/model"
-                                            r"|\b[Nn]o (?:weights|checkpoint|model|predictions?|outputs?) found in [\w./-]+"))
+                                            r"|\b[Nn]o (?:weights|checkpoint|model|predictions?|outputs?) found in [\w./-]+"
+                                            # (round 21) "outputs/policy: no weights found"
+                                            r"|[\w./-]+/[\w.-]*: no (?:weights|checkpoint|model|predictions?|outputs?) found\b"))
 
 
 _RUNNING_RE = re.compile(r"still running|is running|is busy|not idle|\brunning\b")

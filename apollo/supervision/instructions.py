@@ -302,7 +302,8 @@ GPUS_FREE_RE = re.compile(r"(?i)\ball\s+(?:the\s+)?(?:\d+|four|six|eight)\s+(?:(
 # (round 16) "max 32 worker processes for anything you run there", "at most 16 workers", "no more than 8 processes": a cap on
 # every run's worker-count flag (the usage line's default included)
 WORKER_CAP_RE = re.compile(r"(?i)\b(?:max(?:imum)?(?:\s+of)?|at\s+most|no\s+more\s+than|not\s+more\s+than|up\s+to|under|below|cap\w*"
-                           r"(?:\s+\w+){0,2}?\s+(?:at|to))\s+(\d+)\s+(?:cpu\s+|parallel\s+|worker\s+)?"
+                           # (round 21) "please keep yourself to 32 worker processes in total"
+                           r"(?:\s+\w+){0,2}?\s+(?:at|to)|keep\s+(?:yourself|yourselves|it|everything|things|each\s+job)\s+to)\s+(\d+)\s+(?:cpu\s+|parallel\s+|worker\s+)?"
                            r"(?:worker\s+processes|workers|processes|procs|threads|cores)\b")
 # (round 16) "please don't overwrite old run folders - keep every run's checkpoint dir": no run writes where an earlier one did
 NO_OVERWRITE_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never|avoid|no)\s+(?:re-?)?(?:overwrit\w*|clobber\w*|reus\w*|writ\w+\s+over)\s+"
@@ -2099,6 +2100,12 @@ _COUNT_UNITS_RE = re.compile(r"(?i)^\s*(?:[\w-]+\s+){0,2}?(?:examples|rows|pairs
                              r"trajectories|documents|docs|tokens|words|chars|characters|minutes|hours|seconds|gpus?)\b")
 
 
+_G_KEEP_WORD_RE = re.compile(r"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z0-9]{2,})\s+(?=(?:at|between|above|below|under|over)\s+-?\d)")
+_G_KEEP_STOP = frozenset({"it", "them", "this", "that", "everything", "things", "yourself", "each", "all", "every", "any",
+                          "runs", "run", "dev", "jobs", "job", "total", "count", "size", "number", "score", "loss", "budget",
+                          "calls", "time", "cost", "rows", "data", "set", "file", "files", "output", "outputs", "one", "two"})
+
+
 def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
     """(start, end, target, match) of every subject the sentence names."""
     out = []
@@ -2111,6 +2118,10 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
         rx = _G_TOPICS.get(m.group(1).lower())
         if rx and not any(s <= m.start() < e for s, e, _, _ in out):
             out.append((m.start(), m.end(), rx, "regex"))
+    for m in _G_KEEP_WORD_RE.finditer(sent):  # (round 21) "keep code at 0.10 or more": a plain word, a key written later
+        w = m.group(1).lower()
+        if w not in _G_KEEP_STOP and not any(s <= m.start(1) < e for s, e, _, _ in out):
+            out.append((m.start(1), m.end(1), w, "exact"))
     for m in _G_WEIGHT_RE.finditer(sent):  # "term weight" → w_term, term_weight, term_w, term_coef
         w = m.group(1).lower()
         if w not in _G_WEIGHT_STOP and not any(s <= m.start() < e or s < m.end() <= e for s, e, _, _ in out):
