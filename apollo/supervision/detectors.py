@@ -1647,6 +1647,7 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
 
 
 _BUSY = (" is busy", "still running", ": running")
+_SERIAL_LOOP_RE = re.compile(r"\bfor\s+\w+\s+in\s+[^;]+;\s*do\b(?:(?!&\s*(?:done|;)|\bdone\b).)*\bdone\b")
 
 
 def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
@@ -1753,6 +1754,12 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                                                       f"holds all {pool} GPUs; nothing ever used what it made"))
             elif p.flag_gpu_underuse and pool and pool >= 2 and f.background(i) and (sh := _unsharded(f, i)):
                 out.append(_drop(i, "resource_waste", sh))
+            elif p.flag_gpu_underuse and pool and pool >= 2 and gpu and used == 1 and _SERIAL_LOOP_RE.search(cmd) \
+                    and not f.jobs_before[i]:
+                # (round 21) `for m in mixes/*; do CUDA_VISIBLE_DEVICES=0 bash train_proxy.sh $m …; done`: one job after
+                # another on one GPU while the pool idles (a loop that backgrounds each, `… & done`, runs them together)
+                out.append(_drop(i, "resource_waste", f"ran a loop of one-GPU jobs one after another on one GPU while "
+                                                      f"{pool} were free"))
             elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (srv := _lone_server(f, i, pool)):
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
