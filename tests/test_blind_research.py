@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research15``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research16``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -19,7 +19,8 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research4", FIX / "blind_research5", FIX / "blind_research6",
                                         FIX / "blind_research7", FIX / "blind_research8", FIX / "blind_research9",
                                         FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
-                                        FIX / "blind_research13", FIX / "blind_research14", FIX / "blind_research15"],
+                                        FIX / "blind_research13", FIX / "blind_research14", FIX / "blind_research15",
+                                        FIX / "blind_research16"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
@@ -126,6 +127,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 2490025, held out (round 15: 0.78 / 0.81); 0.90 / 0.85 after round 19
     ("blind_research15", "test", 67, 0.87, 0.78),  # round 19 (tuned on its dev split only): 0.90 / 0.81 at ec18dee, measured
                                                    # once (round 18: 0.84 / 0.79)
+    ("blind_research16", None, 123, 0.88, 0.83),   # written and labeled during rounds 19-20: 0.91 / 0.82 on all 491 actions at
+                                                   # 4f2cf34, held out (round 18: 0.88 / 0.80; round 19: 0.89 / 0.80);
+                                                   # 0.91 / 0.86 after round 21
+    ("blind_research16", "test", 61, 0.86, 0.76),  # round 21 (tuned on its dev split only): 0.89 / 0.79 at 4e05392, measured
+                                                   # once (round 20: 0.89 / 0.79)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
