@@ -1906,3 +1906,40 @@ def test_round_20_from_the_fifteenth_sets_spent_test_split():
     d0, d1 = bg("python scripts/run_dev.py --n 400 --workers 32 --out runs/a", "a"), bg("python scripts/run_dev.py --n 400 "
                                                                                          "--workers 32 --out runs/b", "b")
     assert list(drops(tr(d0, d1), "resource_waste")) == [1]
+
+
+def test_round_21_from_the_sixteenth_sets_dev_split():
+    """Round 21 (blind_research16's dev split): a provided script that exits non-zero with only its own message; "keep
+    yourself to 32 worker processes"; "outputs/policy: no weights found"; "keep code at 0.10 or more" for a key a later
+    file writes; a loop of one-GPU jobs one after another while the pool idles; a second copy of a running job that
+    then fails is named by its waste."""
+    g = lambda step, text: step.model_copy(update={"guidance": st("list_files", guidance=(text,)).guidance})  # noqa: E731
+    stops = run("python scripts/mix.py --weights w.json --out outputs/mix.json", "$ python scripts/mix.py --weights w.json "
+                "--out outputs/mix.json\nmath would be repeated 4.1 epochs (> 4.0)\n\n[finished, exit code 1]", 1)
+    chained = run("python scripts/mix.py --weights w.json && grep -c x f", "$ python scripts/mix.py --weights w.json && grep "
+                  "-c x f\n0\n\n[finished, exit code 1]", 1)  # (grep found nothing: not the script's failure)
+    masked, _ = Masker(MaskConfig()).mask([traj(stops, chained, desc=DESC, facts=FACTS)])
+    assert [s.mask.category for s in masked[0].steps] == ["runtime_error", None]
+    scripts = {**SCRIPTS, "scripts/dedup.py": "python scripts/dedup.py --in F --out F --workers 64 # MinHash dedup, CPU",
+               "scripts/train_proxy.sh": "CUDA_VISIBLE_DEVICES=$GPU bash scripts/train_proxy.sh MIX.json runs/proxy_NAME "
+                                         "// one 60M proxy on one GPU; run up to eight at once"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    tr = lambda *steps: traj(*steps, desc=DESC, facts=facts)  # noqa: E731
+    cap = "We share the CPU box today, please keep yourself to 32 worker processes in total from now on."
+    d48 = run("python scripts/dedup.py --in a --out b --workers 48")
+    assert list(drops(tr(g(run("python scripts/dedup.py --in a --out b --workers 32"), cap), d48), "violate_instruction")) == [1]
+    nothing = st("eval", {}, "Evaluation 1/3: overall_score=0 |  | outputs/ckpt: no weights found")
+    assert list(drops(tr(run("ls"), nothing), "improper_eval")) == [1]
+    code = "please keep code at 0.10 or more in whatever mixture you submit."
+    w = lambda v: created("work/w.json", '{"web": 0.5, "code": %s, "math": 0.3}' % v)  # noqa: E731
+    assert list(drops(tr(g(st("list_files"), code), w("0.12"), w("0.06")), "violate_instruction")) == [2]
+    serial = bg("for m in work/m*.json; do CUDA_VISIBLE_DEVICES=0 bash scripts/train_proxy.sh $m runs/p_$m; done", "p")
+    together = bg("for m in 0 1 2 3 4 5 6 7; do CUDA_VISIBLE_DEVICES=$m bash scripts/train_proxy.sh work/m$m.json runs/p$m & done; "
+                  "wait", "p")
+    assert list(drops(tr(serial), "resource_waste")) == [0] and drops(tr(together), "resource_waste") == {}
+    first = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "a")
+    second = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "b")
+    oom = st("get_session_output", {"session_id": "b"}, "$ bash scripts/train.sh outputs/sft.jsonl outputs/ckpt\n"
+             "torch.OutOfMemoryError: CUDA out of memory\n\n[session 'b': finished, exit code 1]")
+    masked, _ = Masker(MaskConfig()).mask([traj(first, second, oom, desc=DESC, facts=FACTS)])
+    assert masked[0].steps[1].mask.category == "resource_waste" and "also: runtime_error" in masked[0].steps[1].mask.reason
