@@ -385,6 +385,13 @@ SCENARIOS: list[Scenario] = [
         EVAL,
         FINISH,
     ]),
+    Scenario("sc-script-failed", "sc-train-01", [  # (round 21) a script that stops with its own message, no error word
+        A("Write a quick check of the routes.", "create_file",
+          {"path": "scripts/count_routes.py", "content": "import json, sys\nroutes = json.load(open('scaffold.json'))"
+           ".get('routes', {})\nprint(f'{len(routes)} routes set, 5 wanted')\nsys.exit(0 if len(routes) >= 5 else 1)\n"}, K),
+        A("Count the routes.", "run_command", {"command": "python scripts/count_routes.py"},
+          D("runtime_error", rule="script_failed"), expect="5 wanted"),
+    ]),
     Scenario("ld-sed-overwrite-timeout", "ld-train-01", [
         A("Switch the loss to huber in place.", "run_command",
           {"command": "sed -i 's/\"mse\"/\"huber\"/' config.json"}, D("blind_edit", note="sed -i on an unseen file")),
