@@ -1245,13 +1245,13 @@ _READING_RE = re.compile(r"(?i)\b(?:acc(?:uracy)?|macro[- ]?F1|F1|recall@\d+|pas
                          r"match)\b[^\d\n]{0,12}(?:\d+/\d+\s*=\s*)?(\d+(?:\.\d+)?)")
 
 
-def _dev_reading(f: Facts, r: int) -> float | None:
-    """The metric a dev check prints at step ``r`` (its foreground run or the session output that shows it)."""
+def _dev_reading(f: Facts, r: int, devs: list[str]) -> float | None:
+    """The metric a dev check (one of ``devs``) prints at step ``r`` (its foreground run or the session output that
+    shows it)."""
     if not f.oks[r] or f.tools[r] not in ("run_command", "get_session_output"):
         return None
     text = f.obs[r]
-    devs = _dev_scripts(f) + [s for s in f.scripts if _SCORER_NAME_RE.search(os.path.basename(s))]
-    if not devs or not any(d in text or d in f.command(r) for d in devs):
+    if not any(d in text or d in f.command(r) for d in devs):
         return None
     body = text.split("\n", 1)[-1] if text.startswith("$ ") else text  # (not the command's echo)
     m = _READING_RE.search(body)
@@ -1262,7 +1262,10 @@ def _cleared_by_dev(f: Facts, causes: list[int], end: int) -> list[int]:
     """(round 19) Of several changes before one drop, those a dev check after them (and before the next change) scored
     above the dev check after the last change: the drop came later (the labelers of set 15 name the change whose dev
     check fell)."""
-    readings = [(r, v) for r in range(causes[0] + 1, end) if (v := _dev_reading(f, r)) is not None]
+    devs = _dev_scripts(f) + [s for s in f.scripts if _SCORER_NAME_RE.search(os.path.basename(s))]
+    if not devs:
+        return causes
+    readings = [(r, v) for r in range(causes[0] + 1, end) if (v := _dev_reading(f, r, devs)) is not None]
     final = next((v for r, v in readings if r > causes[-1]), None)
     if final is None:
         return causes
@@ -1840,12 +1843,11 @@ def _rebuilds_built(f: Facts, i: int) -> str | None:
         if not _ALREADY_BUILT_RE.search(f.script_docs.get(s, "")):
             continue
         cmd = f.command(i)
+        named = re.findall(r"[\w.-]+/[\w./-]*", cmd)  # the paths and folders the command names
         for j in range(i):
             if f.tools[j] == "run_command" and f.oks[j] and re.search(r"(?:^|[\s;&|])rm\s", f.command(j)):
                 return None  # (the built output may be gone)
-            if f.writes[j] and any(w and (w in cmd or any(covers(t, w) for t in re.findall(r"[\w.-]+/[\w./-]*|[\w-]+/?",
-                                                                                          cmd) if "/" in t or t == w))
-                                   for w in f.written_paths(j)):
+            if f.writes[j] and any(w and (w in cmd or any(covers(t, w) for t in named)) for w in f.written_paths(j)):
                 return None  # (an input it reads, or a file under a folder it reads, has changed)
         return s
     return None
