@@ -194,6 +194,9 @@ def get_detectors(names: Iterable[str] | None = None) -> list[Detector]:
     return out
 
 
+DUPLICATE_JOB = "duplicate_job"  # ``by`` of the resource_waste drops of a second copy of a running job (masker precedence)
+
+
 def _drop(i: int, category: str, reason: str, by: str | None = None) -> Finding:
     return Finding(i, category, "rule", False, reason, by or category)
 
@@ -1750,11 +1753,12 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                                                       "with nothing it reads changed"))
             elif twin is not None:
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
-                                                      f"while the one of step {twin.step} (session '{twin.session}') still runs"))
+                                                      f"while the one of step {twin.step} (session '{twin.session}') still runs",
+                                 by=DUPLICATE_JOB))
             elif gpu and f.background(i) and not f.is_server(i) and (holder := _gpu_holder(f, i, pool)) is not None \
                     and _never_used(f, i):
                 out.append(_drop(i, "resource_waste", f"launched a GPU job while '{short(holder.command)}' (step {holder.step}) "
-                                                      f"holds all {pool} GPUs; nothing ever used what it made"))
+                                                      f"holds all {pool} GPUs; nothing ever used what it made", by=DUPLICATE_JOB))
             elif p.flag_gpu_underuse and pool and pool >= 2 and f.background(i) and (sh := _unsharded(f, i)):
                 out.append(_drop(i, "resource_waste", sh))
             elif p.flag_gpu_underuse and pool and pool >= 2 and gpu and used == 1 and _SERIAL_LOOP_RE.search(cmd) \
@@ -2164,7 +2168,7 @@ def _gpu_count_breach(f: Facts, i: int, d: Any) -> str | None:
 
     runs = f.script_runs(i)
     if d.target:
-        if not any(r == d.target or r.endswith("/" + d.target) or d.target.endswith("/" + r) for r in runs):
+        if not any(same_script(r, d.target) for r in runs):
             return None
     elif d.values.get("word") and not re.search(rf"(?i){re.escape(d.values['word'])}", f.command(i)):
         return None  # "dont run grpo on fewer than 6 gpus": the runs that name it

@@ -1107,7 +1107,7 @@ def _overrides_passed(f: Facts, i: int, script: str) -> str | None:
     """(round 20) A dotted ``key=value`` override that run ``i`` passes to ``script`` (any script where none is named)."""
     cmd = f.command(i)
     for s in f.script_runs(i):
-        if script and not (s == script or s.endswith("/" + script) or script.endswith("/" + s)):
+        if script and not same_script(s, script):
             continue
         at = cmd.find(s)
         seg = re.split(r"&&|;|\|", cmd[at + len(s):] if at >= 0 else "", maxsplit=1)[0]
@@ -1512,8 +1512,7 @@ def _count_breaches(f: Facts, d: Directive) -> dict[int, str]:
                 if f.tools[j] == "create_file":  # and every run of that script
                     path = norm_path(f.args[j].get("path"))
                     for k in range(j + 1, f.n):
-                        if f.tools[k] == "run_command" and any(r == path or r.endswith("/" + path) or path.endswith("/" + r)
-                                                               for r in f.script_runs(k)):
+                        if f.tools[k] == "run_command" and any(same_script(r, path) for r in f.script_runs(k)):
                             out[k] = f"runs {path}, which caps the data at {cap:,} rows ({d.describe()})"
     if earlier and not out:
         for k in range(d.given_at, f.n):

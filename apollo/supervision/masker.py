@@ -34,6 +34,7 @@ from pydantic import ConfigDict
 
 from apollo.schema import MaskDecision, Trajectory
 from apollo.supervision.detectors import (
+    DUPLICATE_JOB,
     DetectorParams,
     Facts,
     Finding,
@@ -100,9 +101,9 @@ _NOTHING = {True: _SharedDecision(keep=True, source="rule", reason="no symbolic 
 
 
 _OUTRANKED = frozenset({"runtime_error", "compile_error", "refused_action", "explicit_failure"})
+# (and, round 21, a second copy of a running job, ``by`` DUPLICATE_JOB, that then fails for want of what the first holds:
+# the labelers name the copy)
 _OUTRANKING = ("violate_instruction", "inefficient_inference")
-# (round 21) a second copy of a running job that then fails for want of what the first holds: the labelers name the copy
-_DUPLICATE_JOB = ("started a second ", "launched a GPU job while ")
 
 
 def combine(findings: list[Finding], order: dict[str, int] | None = None, has_rules: bool = True) -> MaskDecision:
@@ -118,8 +119,7 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
         if w.category in _OUTRANKED and len(drops) > 1:
             # a directive's breach, or serial inference, names a step better than the error it also raised or the
             # refusal it got (the labelers of every research set named them first: 10 such steps of the dev data)
-            w = next((f for f in drops if f.source == "rule" and (f.category in _OUTRANKING or (
-                f.category == "resource_waste" and f.reason.startswith(_DUPLICATE_JOB)))), w)
+            w = next((f for f in drops if f.source == "rule" and (f.category in _OUTRANKING or f.by == DUPLICATE_JOB)), w)
             drops = [w] + [f for f in drops if f is not w]
         others = list(dict.fromkeys(f"{f.category} ({f.source})" for f in drops[1:] if f.category != w.category))
         reason = w.reason + (f" (also: {', '.join(others)})" if others else "")
