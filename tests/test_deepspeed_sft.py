@@ -307,3 +307,28 @@ def _report(work):  # noqa: PT004 - prints the measured differences for the reco
         ref = _history(work, "ref2")
         for n in names[1:]:
             print(f"\n[deepspeed_sft] max |loss - ref2| {n}: {max(abs(a - b) for a, b in zip(ref, _history(work, n))):.3g}")
+
+
+@pytest.mark.slow
+def test_lora_deepspeed_rank(work):
+    """LoRA on a DeepSpeed rank (ZeRO-2): the adapters train and merge before the save (a plain checkpoint
+    whose only moved weights are the adapted projections), as the in-process loop trains them."""
+    from apollo.data.build import read_parquet
+    from transformers import AutoModelForCausalLM
+
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    cfg = {**BASE_CFG, "grad_accum": 2, "max_steps": 10, "lr": 1e-2, "min_lr": 1e-2, "warmup_steps": 0, "lora": lora}
+    stats = _train(work, "lora", cfg, world=1)
+    assert stats["train.steps"] == 10
+    base, out = (AutoModelForCausalLM.from_pretrained(work / p).state_dict() for p in ("base", "lora"))
+    assert list(out) == list(base)
+    moved = {k for k in out if not torch.equal(out[k], base[k])}
+    assert moved and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in moved), sorted(moved)
+    plain = AutoModelForCausalLM.from_pretrained(work / "base")
+    keys = {"lr", "min_lr", "warmup_steps", "max_steps", "micro_batch_size", "log_every", "progress", "max_length",
+            "lora"}
+    st = train_sft(plain, read_parquet(work / "train.parquet"),
+                   SFTConfig(**{k: v for k, v in cfg.items() if k in keys}, grad_accum=2))
+    assert max(abs(h["loss"] - b) for h, b in zip(st["history"], _history(work, "lora"))) <= 1e-4
+    assert st["history"][-1]["loss"] < st["history"][0]["loss"]
+    assert max((v - out[k]).abs().max().item() for k, v in plain.state_dict().items()) <= 1e-4

@@ -338,7 +338,7 @@ def _train_cfg(lr: float, cfg: LoopConfig) -> TrainConfig:
     return TrainConfig(lr=lr, min_lr=lr, warmup_steps=0, epochs=1.0, max_steps=cfg.steps, micro_batch_size=cfg.batch_size,
                        grad_accum=1, max_length=4096, packing=False, seed=cfg.seed, weight_decay=0.0,
                        betas=(0.9, 0.999), max_grad_norm=cfg.max_grad_norm, log_every=1, num_threads=cfg.num_threads,
-                       bf16=False, progress=False, time_budget_s=None)
+                       bf16=False, progress=False, time_budget_s=None, lora=None)
 
 
 def staleness_stats(rollouts: Sequence[Rollout], version: int) -> dict[str, float]:

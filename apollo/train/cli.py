@@ -169,6 +169,14 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(base)
     dtype = torch.bfloat16 if cfg.bf16 and not cpu_autocast else torch.float32
     lm = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)  # deepspeed.initialize moves it to the device
+    adapters = None
+    if cfg.lora is not None:  # LoRA: the engine holds the adapters' weights only; merged before saving
+        from apollo.train.lora import add_adapters, trainable_count
+
+        adapters = add_adapters(lm, cfg.lora, cfg.seed)
+        if rank == 0:
+            log.info("lora: r=%d on %s, %d trainable parameters", cfg.lora.r, ",".join(cfg.lora.target_modules),
+                     trainable_count(lm))
     wrapper = ObjectiveModule(lm, objective)
     opt, schedule = make_optimizer(wrapper, cfg, total_steps, device)
     ds_engine, _, _, _ = deepspeed.initialize(
@@ -215,6 +223,10 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any]:
             raise FloatingPointError(f"train: {key} is {stats[key]} (not finite); the model is not saved")
 
     # ---- the HF model
+    if adapters is not None:
+        from apollo.train.lora import merge_adapters
+
+        merge_adapters(adapters)
     if int(opts.zero_stage) == 3:
         sd = ds_engine._zero3_consolidated_16bit_state_dict()  # collective; full weights on rank 0
         if rank == 0:

@@ -50,6 +50,13 @@ class TrainConfig:
     bf16: bool  # autocast to bfloat16 (``auto`` in params: on with CUDA)
     progress: bool  # tqdm bar on rank 0
     time_budget_s: float | None  # stop early (``stopped_early``) once exceeded
+    lora: Any  # null: full fine-tuning; {r, alpha, dropout, target_modules}: LoRA adapters, merged at the end
+    #            (a mapping is read into an apollo.train.lora.LoraSpec; see that module)
+
+    def __post_init__(self) -> None:
+        from apollo.train.lora import lora_spec
+
+        self.lora = lora_spec(self.lora, "train")
 
 
 @dataclass
@@ -132,6 +139,10 @@ def loop_config(mapping: Mapping[str, Any], seed: int | None = None, *, where: s
         from apollo.config import fast_bf16
 
         m["bf16"] = fast_bf16()
+    if m.get("lora") is not None:
+        from apollo.train.lora import lora_spec
+
+        m["lora"] = lora_spec(m["lora"], where)  # the error names where the mapping came from
     cfg = TrainConfig(**m)
     for name in ("micro_batch_size", "max_length", "log_every"):
         if getattr(cfg, name) < 1:
@@ -164,6 +175,9 @@ def resolve_config(train: Mapping[str, Any], seed: int = 0, world_size: int | No
         raise ValueError(f"{where}.zero_stage must be 0..3, not {opts.zero_stage}")
     if opts.world_size < 1:
         raise ValueError(f"{where}.world_size must be ≥ 1, not {opts.world_size}")
+    if train.get("lora") is not None and opts.backend == "deepspeed" and opts.zero_stage == 3:
+        raise ValueError(f"{where}.lora with zero_stage 3 is not supported (the partitioned weights would have to be "
+                         "gathered to merge the adapters): use zero_stage 0-2, LoRA's optimizer state is small")
     if opts.objective == "pg":
         from apollo.rl.losses import get_policy_loss
 

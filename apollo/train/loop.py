@@ -54,7 +54,9 @@ def train(
     ``loss`` (mean per trained token since the previous log), ``lr``, ``grad_norm``,
     ``tokens_per_s`` (non-padding tokens of all ranks), ``trained_tokens`` (cumulative, all ranks),
     ``elapsed_s``, and the objective's stats as ``obj.<name>`` (token-weighted over this rank's
-    micro-batches of the window). With ``parallel`` every rank calls this with the same examples and
+    micro-batches of the window). With ``cfg.lora`` and no ``engine``, LoRA adapters are added to
+    ``model`` here and merged into its weights before returning (:mod:`apollo.train.lora`); with an
+    ``engine``, the caller adds them before building it and merges them. With ``parallel`` every rank calls this with the same examples and
     config; the loss logs and results are identical on all ranks.
 
     ``on_step(step, state)`` is called after every optimizer step (``state["planned_steps"]`` is the
@@ -78,6 +80,15 @@ def train(
     data, lengths, n_trained = prepare_examples(examples, cfg.max_length, objective.token_fields)
     rows = make_rows([{"input_ids": d[0]} for d in data], cfg.max_length, cfg.packing)
     steps_per_epoch, total_steps = plan_steps(len(rows), cfg, world)
+    lora = None  # adapters added here (and merged at the end) when this call builds the engine
+    if cfg.lora is not None:
+        from apollo.train.lora import add_adapters, has_adapters
+
+        if engine is None:
+            lora = add_adapters(model, cfg.lora, cfg.seed)
+        elif not has_adapters(model):  # an engine over the full weights would train them all
+            raise ValueError("train: cfg.lora is set but the engine was built over a model without adapters "
+                             "(add them with apollo.train.lora.add_adapters before building the engine)")
     engine = engine or TorchEngine(model, cfg, total_steps)
     loss_fn = getattr(engine, "loss", None) or (lambda b: objective(b, token_logprobs(model, b)))
     pad_id = int(getattr(getattr(model, "config", None), "pad_token_id", None) or 0)
@@ -179,6 +190,10 @@ def train(
             break
     bar.close()
     seconds = time.perf_counter() - t0
+    if lora is not None:
+        from apollo.train.lora import merge_adapters
+
+        merge_adapters(lora)
     model.eval()
     if not history:  # resumed at the very end: nothing left to do
         raise ValueError("nothing to train: the resumed state is already at the last step")
