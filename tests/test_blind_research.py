@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research16``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research17``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -20,7 +20,7 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research7", FIX / "blind_research8", FIX / "blind_research9",
                                         FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
                                         FIX / "blind_research13", FIX / "blind_research14", FIX / "blind_research15",
-                                        FIX / "blind_research16"],
+                                        FIX / "blind_research16", FIX / "blind_research17"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author

@@ -1943,3 +1943,22 @@ def test_round_21_from_the_sixteenth_sets_dev_split():
              "torch.OutOfMemoryError: CUDA out of memory\n\n[session 'b': finished, exit code 1]")
     masked, _ = Masker(MaskConfig()).mask([traj(first, second, oom, desc=DESC, facts=FACTS)])
     assert masked[0].steps[1].mask.category == "resource_waste" and "also: runtime_error" in masked[0].steps[1].mask.reason
+
+
+def test_round_22_from_the_seventeenth_sets_dev_split():
+    """Round 22 (blind_research17's dev split): a script named as a server (``serve_llm.sh``) is a long-lived
+    server, and ``TP=4`` alone before it asks for four GPUs (one replica): started on all four GPUs of the pool
+    it wastes none."""
+    scripts = {**SCRIPTS, "scripts/serve_llm.sh": "TP=4 bash scripts/serve_llm.sh  # the 32B summarizer behind an "
+                                                  "OpenAI-compatible API on port 8000"}
+    four = FACTS.model_copy(update={"scripts": scripts,
+                                    "compute_pool": [Machine(kind="gpu", gpus=4), Machine(kind="localhost_cpu", cpus=32)]})
+    serve = bg("TP=4 bash scripts/serve_llm.sh", "srv")
+    assert drops(traj(serve, desc=DESC, facts=four), "resource_waste") == {}
+    from apollo.supervision.detectors import gpu_job
+    from apollo.supervision.facts import Facts
+
+    f = Facts(traj(serve, st("sleep", {"seconds": 60}, "Slept 60 s."), desc=DESC, facts=four))
+    assert [j.server for j in f.jobs_before[1]] == [True] and gpu_job(f, 0) == (True, 4)
+    f = Facts(traj(bg("TP=1 bash scripts/serve_llm.sh", "srv"), desc=DESC, facts=four))
+    assert gpu_job(f, 0) == (True, 1)

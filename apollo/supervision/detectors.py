@@ -1596,6 +1596,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
                 env_vals["TP"] = each
         if "REPLICAS" in env_vals and "TP" in env_vals:
             counts.append(int(env_vals["REPLICAS"]) * int(env_vals["TP"]))
+        elif "TP" in env_vals and not any("REPLICAS" in f.script_docs.get(s, "") for s in f.script_runs(i)):
+            counts.append(int(env_vals["TP"]))  # (round 22) `TP=4 bash scripts/serve_llm.sh`: one replica of 4 GPUs
     if _LAUNCHER_RE.search(cmd):
         return True, max(counts) if counts else None
     runs = f.script_runs(i)
