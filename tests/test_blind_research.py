@@ -132,6 +132,10 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 0.91 / 0.86 after round 21
     ("blind_research16", "test", 61, 0.86, 0.76),  # round 21 (tuned on its dev split only): 0.89 / 0.79 at 4e05392, measured
                                                    # once (round 20: 0.89 / 0.79)
+    ("blind_research17", None, 116, 0.84, 0.79),   # written and labeled after round 21: 0.85 / 0.81 on all 482 actions at
+                                                   # 81050ad, held out; 0.86 / 0.81 after round 22
+    ("blind_research17", "test", 58, 0.80, 0.80),  # round 22 (tuned on its dev split only): 0.83 / 0.83 at fc72187, measured
+                                                   # once (round 21: 0.83 / 0.84)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
