@@ -11,9 +11,11 @@ up_proj, down_proj]`` for the Llama/Qwen layout). The adapters are added to the 
 ≤ 3B) stays tied: LoRA never adapts the embedding here.
 
 Why and when (measured, docs/results.md#lora): on 2 CPU cores a SmolLM2-135M step on a 1,836-token
-row takes ~6.8 s with rank-16 adapters on every projection against ~9 s of full fine-tuning (the
-frozen weights still take part in the forward and the backward through the activations; only their
-weight gradients and optimizer state go). On GPUs LoRA is what makes a 7B model fit with ZeRO ≤ 2.
+row takes 7.07 s with rank-16 adapters on every projection against 8.54 s of full fine-tuning
+(``benchmarks/bench_lora.py``: the frozen weights still take part in the forward and in the backward
+through the activations; only their weight gradients and optimizer state go), and the warm-up it gave
+was worse (87% valid tool calls against 100%): off by default. On GPUs LoRA is what makes a 7B model
+fit with ZeRO ≤ 2.
 LoRA with ZeRO-3 is refused (the partitioned weights would have to be gathered to merge).
 """
 
