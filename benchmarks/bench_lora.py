@@ -18,6 +18,7 @@ Prints seconds per optimizer step (median over the steps after the first) and th
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -36,8 +37,8 @@ def run(model_dir: Path, lora, rows, steps: int) -> tuple[float, int]:
     from transformers import AutoModelForCausalLM
 
     from apollo.train.config import loop_config, read_yaml, repo_params_path
-    from apollo.train.lora import add_adapters, merge_adapters, trainable_count
     from apollo.train.loop import train
+    from apollo.train.lora import add_adapters, merge_adapters, trainable_count
 
     warm = dict(read_yaml(repo_params_path())["bootstrap"]["warmup"]["sft"])
     warm.update(max_steps=steps, log_every=1, progress=False, warmup_steps=0, lora=lora)
@@ -51,7 +52,7 @@ def run(model_dir: Path, lora, rows, steps: int) -> tuple[float, int]:
         n = trainable_count(model)
     hist = train(model, rows, cfg)["history"]
     per_step = [h["elapsed_s"] for h in hist]
-    gaps = [b - a for a, b in zip(per_step, per_step[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(per_step)]
     return statistics.median(gaps), n
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from apollo.models.bootstrap import synthetic_conversations
 from apollo.data.tokenize import render, tokenize_conversation
+from apollo.models.bootstrap import synthetic_conversations
 from apollo.models.tiny import make_config, make_model, train_tokenizer
-from apollo.train.config import resolve_config, overlay_defaults, train_config
-from apollo.train.lora import add_adapters, has_adapters, lora_spec, merge_adapters
+from apollo.train.config import overlay_defaults, resolve_config, train_config
 from apollo.train.loop import train
+from apollo.train.lora import add_adapters, has_adapters, lora_spec, merge_adapters
 from tests.presets import TINY_TRAIN
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}

@@ -56,8 +56,9 @@ def train(
     ``elapsed_s``, and the objective's stats as ``obj.<name>`` (token-weighted over this rank's
     micro-batches of the window). With ``cfg.lora`` and no ``engine``, LoRA adapters are added to
     ``model`` here and merged into its weights before returning (:mod:`apollo.train.lora`); with an
-    ``engine``, the caller adds them before building it and merges them. With ``parallel`` every rank calls this with the same examples and
-    config; the loss logs and results are identical on all ranks.
+    ``engine``, the caller adds them before building it and merges them. With ``parallel`` every
+    rank calls this with the same examples and config; the loss logs and results are identical on
+    all ranks.
 
     ``on_step(step, state)`` is called after every optimizer step (``state["planned_steps"]`` is the
     run's length); ``resume=state`` continues from it (the caller has restored the model, the
