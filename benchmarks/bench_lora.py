@@ -36,9 +36,10 @@ def run(model_dir: Path, lora, rows, steps: int) -> tuple[float, int]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from apollo.models.tiny import count_parameters
     from apollo.train.config import loop_config, read_yaml, repo_params_path
     from apollo.train.loop import train
-    from apollo.train.lora import add_adapters, merge_adapters, trainable_count
+    from apollo.train.lora import add_adapters, merge_adapters
 
     warm = dict(read_yaml(repo_params_path())["bootstrap"]["warmup"]["sft"])
     warm.update(max_steps=steps, log_every=1, progress=False, warmup_steps=0, lora=lora)
@@ -46,10 +47,10 @@ def run(model_dir: Path, lora, rows, steps: int) -> tuple[float, int]:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if lora is not None:  # how many weights train (the loop adds the same adapters itself)
         h = add_adapters(model, cfg.lora)
-        n = trainable_count(model)
+        n = count_parameters(model, trainable_only=True)
         merge_adapters(h)
     else:
-        n = trainable_count(model)
+        n = count_parameters(model, trainable_only=True)
     hist = train(model, rows, cfg)["history"]
     per_step = [h["elapsed_s"] for h in hist]
     gaps = [b - a for a, b in itertools.pairwise(per_step)]

@@ -184,6 +184,7 @@ def make_model(config: Qwen2Config, seed: int = 0, attn_implementation: str = "s
     return model
 
 
-def count_parameters(model: torch.nn.Module) -> int:
-    """Number of distinct parameters (tied embeddings counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Number of distinct parameters (tied embeddings counted once); ``trainable_only``: those that require grad."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()
+                                   if p.requires_grad or not trainable_only}.values())

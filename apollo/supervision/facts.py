@@ -180,8 +180,8 @@ DONE_LINE_RE = Gated.derive(re.compile(r"(?im)^.*\b(?:training (?:finished|compl
                                       r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)"))
 SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
                                    r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
-                                   # (round 22) serve_llm.sh, judge_server.py: a script named as a server
-                                   r"|\b(?:serve|server|search_server|launch_server|serve_[a-z0-9]+|[a-z0-9]+_server)\.(?:py|sh)\b"
+                                   # a script named as a server (round 22: serve_llm.sh; search_server.py, launch_server.py)
+                                   r"|\b(?:serve|server|serve_[a-z0-9]+|[a-z0-9]+_server)\.(?:py|sh)\b"
                                    r"|--(?:host|port)[= ]"))
 # a provided script's usage line that says it is a long-lived server
 SERVER_DOC_RE = re.compile(r"(?i)\blong-lived\b|\bruns until (?:stopped|killed)\b|\bstarts? (?:a|the)\b[^.;]{0,60}\bserver\b"

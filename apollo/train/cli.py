@@ -171,12 +171,13 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any]:
     lm = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)  # deepspeed.initialize moves it to the device
     adapters = None
     if cfg.lora is not None:  # LoRA: the engine holds the adapters' weights only; merged before saving
-        from apollo.train.lora import add_adapters, trainable_count
+        from apollo.models.tiny import count_parameters
+        from apollo.train.lora import add_adapters
 
         adapters = add_adapters(lm, cfg.lora, cfg.seed)
         if rank == 0:
             log.info("lora: r=%d on %s, %d trainable parameters", cfg.lora.r, ",".join(cfg.lora.target_modules),
-                     trainable_count(lm))
+                     count_parameters(lm, trainable_only=True))
     wrapper = ObjectiveModule(lm, objective)
     opt, schedule = make_optimizer(wrapper, cfg, total_steps, device)
     ds_engine, _, _, _ = deepspeed.initialize(

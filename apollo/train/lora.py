@@ -106,7 +106,3 @@ def merge_adapters(handle) -> torch.nn.Module:
     for p in model.parameters():
         p.requires_grad_(True)
     return model
-
-
-def trainable_count(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
