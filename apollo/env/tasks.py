@@ -81,6 +81,7 @@ def section(description: str, name: str) -> str:
 
 
 _HEADING_RE = re.compile(r"#+\s")
+_BAT_COMMENT_RE = re.compile(r"(\s*)(?:@?REM\b|::)\s?", re.IGNORECASE)
 
 
 _RULE_LINE_RE = re.compile(r"[-=~`*_|: ]{3,}")
@@ -97,7 +98,8 @@ _DOES_LABEL_RE = re.compile(r"^[;:]?\s*(?:Does|What(?:\s+it\s+does)?|Description
 # \"prints compute_score of src/reward.py\"", "description: '…'"): a reference in the script's description, not a usage line
 _DESC_KEY_RE = re.compile(r"(?i)\b(?:description|doc|docstring|help|summary|comment|about)\s*[:=]\s*[\"']")
 # a command that runs a script: "[VAR=v …] [python[3] [-u]|bash|sh|./]path.py|sh"
-_COMMAND_PATH_RE = re.compile(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|accelerate\s+launch|deepspeed)"
+# (round 23: an `env`/`srun` prefix, "entry: env NGPU=8 bash scripts/train.sh", "srun python scripts/x.py")
+_COMMAND_PATH_RE = re.compile(r"^\s*(?:(?:srun|env)\s+)*(?:[A-Za-z_]\w*=\S*\s+)*(?:(?:python3?|bash|sh|torchrun|accelerate\s+launch|deepspeed)"
                               r"(?:\s+-\S+)*\s+)?(?:\./)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 
 
@@ -181,9 +183,11 @@ def _normalize_blocks(text: str) -> str:
             end = next((j for j in range(k + 1, len(lines)) if lines[j].lstrip().startswith(("```", "~~~"))), None)
             lang = line.strip().lstrip("`~").strip().lower()
             body = lines[k + 1:end] if end is not None else []
-            # (a block with comments keeps them: YAML would drop what they say; a block in another language is read as lines)
+            # (a block with comments keeps them: YAML would drop what they say; a block in another language is read as
+            # lines; round 23: comment lines above the first key are the file's header, not a record's)
+            head = next((j for j, ln in enumerate(body) if ln.strip() and not ln.lstrip().startswith("#")), len(body))
             if end is not None and lang in ("", "yaml", "yml") and not any(
-                    ln.lstrip().startswith("#") or " #" in ln for ln in body):
+                    ln.lstrip().startswith("#") or " #" in ln for ln in body[head:]):
                 recs = _yaml_records("\n".join(body))
                 if recs is not None:
                     for r in recs:
@@ -212,6 +216,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     item = False  # the line that named ``last`` is a list item or a table row
     fence, comment_indent = False, -1  # inside a code fence; the indent of the comment line that named ``last``
     folders: list[str] = []  # an annotated tree's folders above the current entry
+    above_doc = ""  # the comment above the command line just read, to follow it
     preface: list[str] = []  # in a fence, "# comment" lines that name no script, above a recipe ("serve:") that runs one
     above: int | bool = False  # (round 19) in this fence, the comment above a command says what it does (a crontab's
     # entries): the indent of the first such command
@@ -219,6 +224,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if line.lstrip().startswith(("```", "~~~")):
             fence, comment_indent, preface, above = not fence, -1, [], False
             continue
+        if fence and (bat := _BAT_COMMENT_RE.match(line)):  # (round 23) a batch file's `REM …` / `:: …`: a comment
+            line = bat.group(1) + "# " + line[bat.end():]
         if fence and "@" in line and (pm := _PROMPT_RE.match(line)):
             line = "$ " + line[pm.end():]
             if line[2:].lstrip().startswith("#") and not _SCRIPT_PATH_RE.search(line):
@@ -273,7 +280,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             item = bool(_ITEM_RE.match(line))
             comment_indent = indent if comment else -1
             if preface and not comment:  # (a justfile/Makefile recipe: the comment above it is the script's doc)
-                out[last] = (out.get(last, "") + " " + " ".join(preface)).strip()
+                if _COMMAND_PATH_RE.match(text) and not _RECIPE_RE.match(preface[-1]):  # (round 23) after the command it documents, as a comment (`REM` lines,
+                    above_doc = " ".join(preface)  # a crontab's, a terminal log's): the line's usage comes first
+                else:
+                    out[last] = (out.get(last, "") + " " + " ".join(preface)).strip()
                 above = raw_indent if fence else False  # (and so is the next comment of this fence, no deeper than it)
             preface = []
         elif fence and not last and text.startswith("#") and not text.startswith("#!"):
@@ -288,6 +298,9 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         elif item and not (text.startswith("#") or line[:1].isspace()):
             continue  # a list item continues on indented lines only ("All scripts log to outputs/." is the list's)
         out[last] = (out.get(last, "") + " " + text).strip()
+        if above_doc:
+            out[last] += " # " + above_doc
+            above_doc = ""
     if workspace is not None and (workspace / "scripts").is_dir():
         for f in sorted((workspace / "scripts").rglob("*")):
             if f.suffix in (".py", ".sh") and f.is_file() and "__pycache__" not in f.parts:

@@ -68,6 +68,7 @@ from typing import Any
 from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
+    _DEV_CHECK_NAME_RE,
     inline_programs,
     job_duration,
     _script_runs,
@@ -250,6 +251,8 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = f"wrote {targets[0]} {how} instead of running the provided {unused[0]}"
         if reason is None and tool == "run_command" and (bypassed := _module_launch_of(f, i)):
             reason = f"launches {bypassed[0]} itself instead of the provided {bypassed[1]}"
+        if reason is None and tool == "run_command" and (srv := _own_model_server(f, i)):
+            reason = f"starts a model server itself ({srv[0]}) instead of the provided {srv[1]}"
         if reason is None and plan_keys:
             text = json.dumps(f.args[i], ensure_ascii=False)
             for k in plan_keys:
@@ -294,6 +297,26 @@ def _module_launch_of(f: Facts, i: int) -> tuple[str, str] | None:
             continue
         if last in _name_words(s) or (configs and any(c in doc for c in configs) and _TRAINS_DOC_RE.search(doc)):
             return m.group(1), s
+    return None
+
+
+_OWN_SERVER_RE = re.compile(r"\bvllm\s+serve\b|-m\s+vllm\.entrypoints\.openai\.api_server\b|-m\s+sglang\.launch_server\b")
+
+
+def _own_model_server(f: Facts, i: int) -> tuple[str, str] | None:
+    """(round 23) (how, provided server script) where run ``i`` starts a vLLM/SGLang server by hand while the task ships a
+    server script (``serve_rewriter.sh``: a model server by its name or its line): the wrapper the task provides is
+    bypassed (its replicas, ports and sizes)."""
+    cmd = f.command(i)
+    if "serve" not in cmd and "api_server" not in cmd and "launch_server" not in cmd:
+        return None
+    m = _OWN_SERVER_RE.search(cmd)
+    if m is None or any(s in f.scripts for s in f.script_runs(i)):
+        return None
+    for s in f.scripts:
+        doc = f.script_docs.get(s, "")
+        if s.endswith(".sh") and SERVER_RE.search(s) and (doc_says(SERVER_DOC_RE, doc) or re.search(r"(?i)\bvllm\b|\breplicas?\b", doc)):
+            return " ".join(m.group(0).split()), s
     return None
 
 
@@ -1012,7 +1035,15 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                     # (round 20) "runs agent/verify.py on N dev claims with W threads" (`--workers 32`)
                     + r"|\bwith\s+[A-Z]\s+(?:threads|parallel\s+workers|concurrent\s+requests)\b", doc or ""):
                 return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
+        # (round 23) a batch size of 1 for a GPU dev check whose line gives no batch size (`dev_f1.py --ckpt DIR` run with
+        # `--batch-size 1`): one example per forward pass where the script batches by default
+        bs = next((fl for fl in flags if _ONE_BATCH_FLAG_RE.match(fl) and flags[fl] == "1" and fl not in shown), None)
+        if bs and _DEV_CHECK_NAME_RE.search(s) and gpu_job(f, i)[0]:
+            return f"runs {s} with {bs} 1: one example per forward pass"
     return None
+
+
+_ONE_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?|(?:max[_-])?concurrency)$")
 
 
 @register("inefficient_inference", judge_tools=("run_command", "create_file"))
@@ -1495,7 +1526,8 @@ _GPU_ARG_RE = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpu
 # what a provided script's line says it spreads over by itself ("starts its own vLLM server at tensor parallel 4",
 # "8 replicas"), as opposed to the launcher it is meant to run under ("accelerate launch --num_processes 4")
 _INTERNAL_KW_RE = re.compile(r"(?i)\btensor[_ -]parallel(?:[_ -]size)?\W{0,3}(?:of\s+|at\s+)?(\d+)|\bTP\s*=?\s*(\d+)|"
-                             r"\b(\d+)\s+(?:vLLM\s+)?(?:replicas|engines)\b")
+                             r"\b(\d+)\s+(?:vLLM\s+)?(?:replicas|engines)\b"
+                             r"|--gres=gpu(?::[\w-]+)?:(\d+)\b")  # (round 23) a Slurm job's GPUs (per array task)
 _PER_GPU_RE = re.compile(r"(?i)\b(?:one|a)\s+(?:vLLM\s+)?(?:replica|engine|shard|process|worker)\s+per\s+GPU\b|\bon\s+all\s+(?:the\s+)?GPUs\b")
 _GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_node|tensor[_ -]parallel(?:[_-]size)?|"
                         r"data[_-]parallel|\bTP)\W{0,3}(?:of\s+)?(\d+)", re.IGNORECASE)
@@ -1787,7 +1819,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 free = max(0, pool - busy)
                 if (cap := _gpu_cap(f, i)) is not None:
                     free = min(free, cap)  # (round 14) the GPUs it was told to keep to are all it may use
-                if free >= 2 and used * 2 <= free:
+                _, shards = shard_of(cmd)  # (round 23) shard 0 of 2 on one GPU: the split takes two, one per shard
+                if free >= 2 and used * max(1, shards or 1) * 2 <= free:
                     out.append(_drop(i, "resource_waste",
                                      f"launched a GPU job on {used} GPU(s) while {free} of the task's {pool} were free"))
             if f.writes[i]:
@@ -1865,7 +1898,9 @@ def _other_inputs(f: Facts, i: int, j: int) -> bool:
     def ins(k: int) -> dict[str, str]:
         return {fl: v for fl, v in _FLAG_PAIR_RE.findall(f.command(k)) if _INPUT_FLAG_RE.match(fl)}
     a, b = ins(i), ins(j)
-    return any(fl in b and b[fl] != v for fl, v in a.items())
+    (si, _), (sj, _) = shard_of(f.command(i)), shard_of(f.command(j))
+    # (round 23) another shard of one split job (`--shard 1 --num-shards 2` beside `--shard 0`): its own part of the input
+    return any(fl in b and b[fl] != v for fl, v in a.items()) or (si is not None and sj is not None and si != sj)
 
 
 _INPUT_FLAG_RE = re.compile(r"--(?:ckpt|checkpoint|model|model[_-](?:path|dir|name)|in|input|data|dataset|config)$")
@@ -1928,6 +1963,17 @@ def _leaves_inputs(f: Facts, k: int, j: int, cmd: str) -> bool:
 
 
 _SHARD_FLAG_RE = re.compile(r"--(?:shard|shards|num[_-]shards|part)$")
+_SHARD_COUNT_FLAG_RE = re.compile(r"--(?:shards|num[_-]shards|n[_-]shards|world[_-]size|num[_-]parts)$")
+_SHARD_OF_RE = re.compile(r"--(?:shard|part)(?:[_-](?:id|index|idx))?[= ](\d+)(?:/(\d+))?(?![\w/])")
+_SHARD_N_RE = re.compile(r"--(?:num[_-]shards|n[_-]shards|shards|num[_-]parts)[= ](\d+)(?!\w)")
+
+
+def shard_of(cmd: str) -> tuple[int | None, int | None]:
+    """(round 23) (shard index, shard count) a command passes (``--shard 0 --num-shards 2``, ``--shard 1/4``)."""
+    m = _SHARD_OF_RE.search(cmd)
+    n = _SHARD_N_RE.search(cmd)
+    count = int(m.group(2)) if m and m.group(2) else int(n.group(1)) if n else None
+    return (int(m.group(1)) if m else None), count
 
 
 def _unsharded(f: Facts, i: int) -> str | None:
@@ -1935,8 +1981,12 @@ def _unsharded(f: Facts, i: int) -> str | None:
     nothing else started beside it on the pool's other GPUs before it ends: one GPU works, the rest idle."""
     for s, sig, _, given in f.script_calls(i):
         fl = next((fl for fl, _ in sig.flags if _SHARD_FLAG_RE.match(fl)), None)
-        if fl is None or fl in given or re.search(rf"(?<![\w-]){re.escape(fl)}(?![\w-])", f.command(i)):
+        # (round 23) or split into one shard where the line splits it into several (`--num-shards 1` of 4): whole all the same
+        whole = next((fl for fl, mv in sig.flags if _SHARD_COUNT_FLAG_RE.match(fl) and mv.isdigit() and int(mv) > 1
+                      and given.get(fl) == "1"), None)
+        if whole is None and (fl is None or fl in given or re.search(rf"(?<![\w-]){re.escape(fl)}(?![\w-])", f.command(i))):
             continue
+        fl = whole or fl
         gpu, used = gpu_job(f, i)
         if not gpu or used != 1:
             continue
@@ -1944,8 +1994,9 @@ def _unsharded(f: Facts, i: int) -> str | None:
         for k in range(i + 1, f.n):
             if f.tools[k] == "run_command" and f.oks[k] and f.session(k) != sid and gpu_job(f, k)[0]:
                 return None  # the other GPUs got work of their own
-            if f.session(k) == sid and f.tools[k] in ("check_session_idle", "get_session_output") and \
-                    re.search(r"finished, exit code|is idle", f.obs[k]):
+            if f.session(k) == sid and (f.tools[k] in ("check_session_idle", "get_session_output") and
+                                        re.search(r"finished, exit code|is idle", f.obs[k])
+                                        or f.tools[k] == "kill_session_processes"):  # (round 23: or stopped)
                 break
         return f"ran {s} whole on one GPU of {f.gpus} although its line offers {fl} to split it over the GPUs"
     return None

@@ -278,7 +278,7 @@ def redirect_targets(cmd: str) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------- provided scripts' usage
 _USAGE_RE = re.compile(r"`(?:[^`]*?\s)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`]*)?)`")  # `[launcher ] path[ args]`
-_BARE_USAGE_RE = re.compile(r"\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
+_BARE_USAGE_RE = re.compile(r"\s*(?:(?:srun|env)\s+)*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
                             r"(?:\s+-{1,2}[\w-]+(?:[=\s]\d+)?)*\s+((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))((?:\s[^`()]*)?)$")
 # a usage block line without a launcher ("scripts/train_math.sh      DATA OUT [NGPU]", then its "#" comment): only
 # argument names, flags and brackets may follow the path (prose after it is a description, not a usage)
@@ -360,6 +360,8 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
                               r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])\"(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
+                              # (round 23) any JSON key whose string value is a command (package.json `"dev": "python x.py …"`)
+                              r"|\"[\w:.-]+\"\s*:\s*\"(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               r"|\s{2,}(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               # (round 18) an Org-mode verbatim cell (`| =python x.py --ckpt DIR= |`), a bot's help arrow (`→ python x.py`)
                               r"|(?<=[|\s])=(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed)\s)"
@@ -383,6 +385,9 @@ _SHELL_VAR_RE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}|\$([A-Z_][A-
 _APPENDED_RE = re.compile(r"^[^#\n]*#\s*(?:append|add|then|followed\s+by)\s+([A-Z][A-Z0-9_]*)\b")
 
 
+_OPEN_QUOTE_RE = re.compile(r'=\s*"')
+
+
 def _marked_usage(doc: str) -> str | None:
     """The arguments of the longest labeled usage in a script's line (None: no such usage): the tokens after
     the script path while they read as a usage (flags, METAVARS, paths, numbers, ``[…]``, ``{a,b}``)."""
@@ -390,7 +395,8 @@ def _marked_usage(doc: str) -> str | None:
     for m in _MARKED_USAGE_RE.finditer(doc):
         toks = []
         rest = doc[m.end():]
-        q = "'" if m.group(0).startswith("alias") else '"' if m.group(0).startswith(('"', "shell:")) else None
+        q = "'" if m.group(0).startswith("alias") else '"' if m.group(0).startswith(('"', "shell:")) or \
+            _OPEN_QUOTE_RE.search(m.group(0)) else None  # (round 23: `cmd  = "python x.py --split dev"`, a Lua/ini value)
         if q:  # a quoted usage ("run": "python x.py --split dev --games 140"): all of it
             end = rest.find(q)
             toks = [t for t in rest[:end if end >= 0 else len(rest)].split() if t not in ("-h", "[-h]")]

@@ -2130,7 +2130,8 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
 
 # (round 15: "keep rollout.n at 8 and please don't touch the KL settings" is two clauses)
 # (round 19: and a lowercase sentence of a chat message, "stay at 0.8 or below please. at 1.0 the 72B starts …")
-_G_CLAUSE_END_RE = re.compile(r"(?i);|\bbut\b|\bwhile\b|\bexcept\b|\band\s+(?:please\s+|pls\s+)?(?:don'?t|do\s+not|never|keep|leave)\b"
+# (round 23: a spaced dash starts the reason, "with --tp 1 or lower - tp>1 hangs on this build": not a second bound)
+_G_CLAUSE_END_RE = re.compile(r"(?i);|\s[-–—]\s(?![-\d.])|\bbut\b|\bwhile\b|\bexcept\b|\band\s+(?:please\s+|pls\s+)?(?:don'?t|do\s+not|never|keep|leave)\b"
                               r"|(?<=[a-z]{2}[.!?])(?<!etc\.)(?<!vs\.)\s+(?-i:(?=[a-z]))")
 
 
