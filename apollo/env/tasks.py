@@ -216,13 +216,13 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     item = False  # the line that named ``last`` is a list item or a table row
     fence, comment_indent = False, -1  # inside a code fence; the indent of the comment line that named ``last``
     folders: list[str] = []  # an annotated tree's folders above the current entry
-    above_doc = ""  # the comment above the command line just read, to follow it
+    above_doc, recipe = "", False  # the comment above the command line just read, to follow it; a recipe header read
     preface: list[str] = []  # in a fence, "# comment" lines that name no script, above a recipe ("serve:") that runs one
     above: int | bool = False  # (round 19) in this fence, the comment above a command says what it does (a crontab's
     # entries): the indent of the first such command
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
         if line.lstrip().startswith(("```", "~~~")):
-            fence, comment_indent, preface, above = not fence, -1, [], False
+            fence, comment_indent, preface, above, recipe = not fence, -1, [], False, False
             continue
         if fence and (bat := _BAT_COMMENT_RE.match(line)):  # (round 23) a batch file's `REM …` / `:: …`: a comment
             line = bat.group(1) + "# " + line[bat.end():]
@@ -254,7 +254,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             line = "    " + line.lstrip(_TREE_CHARS + " ")
         text = line.strip()
         if not text:
-            last, preface = None, []
+            last, preface, recipe = None, [], False
             continue
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
@@ -280,17 +280,20 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             item = bool(_ITEM_RE.match(line))
             comment_indent = indent if comment else -1
             if preface and not comment:  # (a justfile/Makefile recipe: the comment above it is the script's doc)
-                if _COMMAND_PATH_RE.match(text) and not _RECIPE_RE.match(preface[-1]):  # (round 23) after the command it documents, as a comment (`REM` lines,
-                    above_doc = " ".join(preface)  # a crontab's, a terminal log's): the line's usage comes first
+                if _COMMAND_PATH_RE.match(text) and not recipe:
+                    # (round 23) after the command it documents, as a comment (a batch file's `REM` lines, a crontab's,
+                    # a terminal log's): the line's usage comes first
+                    above_doc = " ".join(preface)
                 else:
                     out[last] = (out.get(last, "") + " " + " ".join(preface)).strip()
                 above = raw_indent if fence else False  # (and so is the next comment of this fence, no deeper than it)
-            preface = []
+            preface, recipe = [], False
         elif fence and not last and text.startswith("#") and not text.startswith("#!"):
             preface.append(text.lstrip("#").strip())
             continue
         elif fence and not last and preface and _RECIPE_RE.match(text):
             preface.append(text)  # "serve:" / "train data out:" between a recipe's comment and its body (``just`` runs it by it)
+            recipe = True
             continue
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)

@@ -300,15 +300,15 @@ def _module_launch_of(f: Facts, i: int) -> tuple[str, str] | None:
     return None
 
 
-_OWN_SERVER_RE = re.compile(r"\bvllm\s+serve\b|-m\s+vllm\.entrypoints\.openai\.api_server\b|-m\s+sglang\.launch_server\b")
+_OWN_SERVER_RE = re.compile(r"\bvllm\s+serve\b|-m\s+vllm\.entrypoints\.openai\.api_server\b")  # (SGLang: another engine)
 
 
 def _own_model_server(f: Facts, i: int) -> tuple[str, str] | None:
-    """(round 23) (how, provided server script) where run ``i`` starts a vLLM/SGLang server by hand while the task ships a
+    """(round 23) (how, provided server script) where run ``i`` starts a vLLM server by hand while the task ships a
     server script (``serve_rewriter.sh``: a model server by its name or its line): the wrapper the task provides is
     bypassed (its replicas, ports and sizes)."""
     cmd = f.command(i)
-    if "serve" not in cmd and "api_server" not in cmd and "launch_server" not in cmd:
+    if "serve" not in cmd and "api_server" not in cmd:
         return None
     m = _OWN_SERVER_RE.search(cmd)
     if m is None or any(s in f.scripts for s in f.script_runs(i)):
@@ -1860,7 +1860,8 @@ def _run_succeeded(f: Facts, j: int, i: int) -> bool:
             if f.tools[k] != "get_session_output" and f.tools[k] != "check_session_idle":
                 return False  # killed or replaced in its session
     job = next((jb for jbs in f.jobs_before[j + 1:i + 1] for jb in jbs if jb.step == j), None)
-    return job is not None and any(f._consumes(k, job) for k in range(j + 1, i))
+    # (round 23: or waited for, then evaluated: the agent took it as finished, the eval scored what it made)
+    return job is not None and (any(f._consumes(k, job) for k in range(j + 1, i)) or _waited_and_evaluated(f, job, i))
 
 
 def _lead_key(key: str) -> str:
@@ -2039,7 +2040,8 @@ _ENV_DEFAULT_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)\b[^.;()]{0,60}?\(\s*(?:[^()]{
 
 
 _ENV_DEFAULT2_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)\s+defaults?\s+(?:to|is)\s+(\d+)\b"
-                              r"|(?:^|[\s\"'`=(])([A-Z][A-Z0-9_]*)=(\d+)\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:bash|sh|python3?)\s)")
+                              # (round 23: each of several, "TP=4 REPLICAS=2 bash …": the space is not consumed)
+                              r"|(?:^|[\s\"'`=(])([A-Z][A-Z0-9_]*)=(\d+)(?=\s+(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:bash|sh|python3?)\s)")
 
 
 def _env_lowered_gpus(cmd: str, doc: str, pool: int) -> int | None:
@@ -2261,6 +2263,8 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
         wait_s = STATED_WAIT_SHARE * max(stated)  # and a 4-minute selection is waited out by a 260-s sleep
     elif (seen := _observed_duration(f, job)) is not None:
         wait_s = min(wait_s, seen)  # (round 14) an earlier run of the same script ended within that much sleep
+    elif (lead := _LEAD_SLEEP_RE.match(job.command)) and not f.script_runs(job.step):
+        wait_s = min(wait_s, float(lead.group(1)) + 5)  # (round 23) `sleep 115; cat a b > outputs/x`: 115 s, then file work
     total, last = 0.0, None
     for k in range(job.step + 1, i):
         if f.tools[k] == "sleep" and f.oks[k]:
@@ -2270,6 +2274,10 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
         return False
     return not any(f.session(k) == sid and _RUNNING_RE.search(f.obs[k]) for k in range(last + 1, i)
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
+
+
+_LEAD_SLEEP_RE = re.compile(r"\s*sleep\s+(\d+)\s*(?:;|&&)\s*(?:(?:cat|cp|mv|wc|head|tail|ls|echo|sort|uniq|gzip|tar)\b[^;&|]*"
+                            r"(?:\s*(?:;|&&|\||>>?)\s*[^;&|]*)*)$")
 
 
 def _observed_duration(f: Facts, job: Any) -> float | None:
