@@ -2276,8 +2276,9 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
 
 
-_LEAD_SLEEP_RE = re.compile(r"\s*sleep\s+(\d+)\s*(?:;|&&)\s*(?:(?:cat|cp|mv|wc|head|tail|ls|echo|sort|uniq|gzip|tar)\b[^;&|]*"
-                            r"(?:\s*(?:;|&&|\||>>?)\s*[^;&|]*)*)$")
+# (each separator is a character the runs between them exclude: linear, whatever the line)
+_LEAD_SLEEP_RE = re.compile(r"\s*sleep\s+(\d+)\s*(?:;|&&)\s*(?:cat|cp|mv|wc|head|tail|ls|echo|sort|uniq|gzip|tar)\b[^;&|>]*"
+                            r"(?:(?:;|&&|\|\|?|>>?)[^;&|>]*)*$")
 
 
 def _observed_duration(f: Facts, job: Any) -> float | None:
