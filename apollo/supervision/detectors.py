@@ -69,6 +69,7 @@ from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     _DEV_CHECK_NAME_RE,
+    NGPU_NAME_RE,
     inline_programs,
     job_duration,
     _script_runs,
@@ -308,7 +309,7 @@ def _own_model_server(f: Facts, i: int) -> tuple[str, str] | None:
     server script (``serve_rewriter.sh``: a model server by its name or its line): the wrapper the task provides is
     bypassed (its replicas, ports and sizes)."""
     cmd = f.command(i)
-    if "serve" not in cmd and "api_server" not in cmd:
+    if "serve" not in cmd:  # (a gate: "api_server" has it too)
         return None
     m = _OWN_SERVER_RE.search(cmd)
     if m is None or any(s in f.scripts for s in f.script_runs(i)):
@@ -1531,7 +1532,6 @@ _INTERNAL_KW_RE = re.compile(r"(?i)\btensor[_ -]parallel(?:[_ -]size)?\W{0,3}(?:
 _PER_GPU_RE = re.compile(r"(?i)\b(?:one|a)\s+(?:vLLM\s+)?(?:replica|engine|shard|process|worker)\s+per\s+GPU\b|\bon\s+all\s+(?:the\s+)?GPUs\b")
 _GPU_KW_RE = re.compile(r"(?:nproc[_-]per[_-]node|num[_-]processes|n_gpus_per_node|tensor[_ -]parallel(?:[_-]size)?|"
                         r"data[_-]parallel|\bTP)\W{0,3}(?:of\s+)?(\d+)", re.IGNORECASE)
-_NGPU_POS_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|WORLD_SIZE|NPROC)$")
 _TP_ARG_RE = re.compile(r"--(?:tensor[_-]parallel[_-]size|tp)(?:=|\s+)(\d+)")
 _DP_ARG_RE = re.compile(r"--(?:data[_-]parallel(?:[_-]size)?|dp|(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
 _GPU_ENV_RE = re.compile(r"(?:^|[\s;&(])(N_?GPUS?|NUM_GPUS|GPUS|NGPU|NPROC(?:_PER_NODE)?|WORLD_SIZE)=(\d+)\s")
@@ -1646,9 +1646,9 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
             if counts:
                 return True, max(counts)
             sig = signature(doc)
-            if sig is not None and any(_NGPU_POS_RE.match(n) for n in sig.positional):  # `train_sft.sh DATA OUT [NGPU]`
+            if sig is not None and any(NGPU_NAME_RE.match(n) for n in sig.positional):  # `train_sft.sh DATA OUT [NGPU]`
                 pos, _ = script_args(cmd, s, sig)
-                got = [int(v) for n, v in zip(sig.positional, pos) if _NGPU_POS_RE.match(n) and v.isdigit()]
+                got = [int(v) for n, v in zip(sig.positional, pos) if NGPU_NAME_RE.match(n) and v.isdigit()]
                 if got:
                     return True, got[0]
             if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
@@ -1964,9 +1964,10 @@ def _leaves_inputs(f: Facts, k: int, j: int, cmd: str) -> bool:
 
 
 _SHARD_FLAG_RE = re.compile(r"--(?:shard|shards|num[_-]shards|part)$")
-_SHARD_COUNT_FLAG_RE = re.compile(r"--(?:shards|num[_-]shards|n[_-]shards|world[_-]size|num[_-]parts)$")
+_SHARD_COUNT = r"(?:shards|num[_-]shards|n[_-]shards|num[_-]parts)"  # a split's shard count, by its flag
+_SHARD_COUNT_FLAG_RE = re.compile(rf"--(?:{_SHARD_COUNT}|world[_-]size)$")
 _SHARD_OF_RE = re.compile(r"--(?:shard|part)(?:[_-](?:id|index|idx))?[= ](\d+)(?:/(\d+))?(?![\w/])")
-_SHARD_N_RE = re.compile(r"--(?:num[_-]shards|n[_-]shards|shards|num[_-]parts)[= ](\d+)(?!\w)")
+_SHARD_N_RE = re.compile(rf"--{_SHARD_COUNT}[= ](\d+)(?!\w)")
 
 
 def shard_of(cmd: str) -> tuple[int | None, int | None]:

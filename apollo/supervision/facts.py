@@ -546,13 +546,14 @@ def _prose_placeholders(doc: str, n: int) -> list[str] | None:
     names = list(dict.fromkeys(x for x in re.findall(r"(?<![\w/.$-])([A-Z][A-Z0-9_]{2,})(?![\w/.=-])", doc)
                                if x not in env and x not in _NOT_PLACEHOLDER))
     if len(names) > n:  # (round 23) "on NGPU GPUs for STEPS steps into OUTDIR" (a batch file's `set NGPU=8` above it):
-        names = [x for x in names if not _GPU_COUNT_NAME_RE.match(x)]  # the GPU count is a setting, not a position
+        names = [x for x in names if not NGPU_NAME_RE.match(x)]  # the GPU count is a setting, not a position
     if len(names) == n and _OUT_NAME_RE.match(names[-1]) and not any(_OUT_NAME_RE.match(x) for x in names[:-1]):
         return names
     return None
 
 
-_GPU_COUNT_NAME_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|NPROC)$")
+# a GPU-count argument or variable by its name (`train_sft.sh DATA OUT [NGPU]`, "on NGPU GPUs")
+NGPU_NAME_RE = re.compile(r"^(?:N_?GPUS?|NUM_?GPUS|GPUS|N_?DEVICES|WORLD_SIZE|NPROC)$")
 _NOT_PLACEHOLDER = frozenset({"GPU", "GPUS", "CPU", "CPUS", "LLM", "API", "JSON", "JSONL", "YAML", "SFT", "GRPO", "PPO", "DPO",
                               "HTTP", "URL", "NLI", "BM25", "HF", "TP", "DP", "EOF", "CUDA", "NOT", "AND", "THE"})
 
