@@ -934,19 +934,20 @@ def test_round_9_an_own_launcher_of_the_provided_trainers_framework_and_config_i
 
 def test_round_9_a_serial_judge_named_for_a_provided_judge_is_its_own_version():
     """A serial model loop named for a provided judge or scorer (``faith10.py`` / ``judge_faithful.py``) is that
-    judge done again (ignore_script, as the labelers of sets 6-8 read it); a serial generator stays
-    inefficient_inference, and a model check named like a provided CPU checker is another method."""
+    judge done again (ignore_script, as the labelers of sets 6-8 read it), named since round 24 for its serial
+    decoding (inefficient_inference first, as the labelers of sets 14-18 name it), ignore_script beside it; a serial
+    generator is inefficient_inference alone, and a model check named like a provided CPU checker is another method."""
     loop = ("from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('models/q')\n"
             "for line in open('outputs/pairs.jsonl'):\n    out = m.generate(**tok(line, return_tensors='pt'))\n")
     scripts = {**SCRIPTS, "scripts/judge_faithful.py": "- `python scripts/judge_faithful.py --in F --out F [--gpus 4 --bs 16]`: "
                                                        "the 32B judge rates faithfulness (batched).",
                "scripts/verify_math.py": "- `python scripts/verify_math.py --in F --out F`: CPU; checks final answers."}
     facts = FACTS.model_copy(update={"scripts": scripts})
-    for name, want in (("faith10", "ignore_script"), ("gen_pairs", "inefficient_inference"),
-                       ("self_verify", "inefficient_inference")):
+    for name, also in (("faith10", True), ("gen_pairs", False), ("self_verify", False)):
         tr = traj(created(f"scripts/{name}.py", loop), run(f"python scripts/{name}.py"), desc=DESC, facts=facts)
         found = Masker(MaskConfig(), load_tasks=False).mask([tr])[0][0]
-        assert [s.mask.category for s in found.steps] == [want, want], name
+        assert [s.mask.category for s in found.steps] == ["inefficient_inference"] * 2, name
+        assert all(("also: ignore_script" in s.mask.reason) is also for s in found.steps), name
 
 
 def test_round_9_usage_lines_in_ini_blocks_json_objects_and_listing_columns():
@@ -2018,3 +2019,63 @@ def test_round_23_from_the_eighteenth_sets_dev_split():
     told = run("python scripts/bench.py --model outputs/ckpt/final --tp 1",
                guidance=["please run scripts/bench.py with --tp 1 or lower - tp>1 hangs on this vLLM build"])
     assert drops(t(told), "violate_instruction") == {}
+
+
+def test_round_24_ordering_rules_caps_and_serial_own_scripts():
+    """Round 24 (blind_research18's dev split, before the nineteenth set): ordering rules that tie a job to a
+    check since the last change ("run the smoke test after every change to the loss"; "score on dev before every
+    test run. no test run without a dev score for the same checker version"), a cap on the words of a loop
+    ("cap the repair loop at 2 retries per question") written into a new file's constant, and an own script that
+    both redoes a provided one and decodes one item at a time is named for the serial decoding (the protocol
+    of every set since the fourteenth: "own checks that also decode one item at a time carry the more specific
+    inefficient_inference")."""
+    smoke = {**SCRIPTS, "scripts/smoke_loss.py": "- `scripts/smoke_loss.py --config C --steps 20`: 20 CPU steps of the "
+                                                   "loss; fails on NaN or a loss above 20."}
+    facts = FACTS.model_copy(update={"scripts": smoke})
+    hiro = st("think", {"thought": "ok"}, guidance=["two rules: don't touch lr. and run the smoke test after every change "
+                                                    "to the loss. — Hiro"])
+    seen = st("open_file", {"path": "src/chat_loss.py"}, "\n".join(f"{k}: line {k}" for k in range(1, 30)))
+
+    def change(path="src/chat_loss.py"):
+        return st("edit_file", {"path": path, "start_line": 3, "end_line": 3, "content": "w = 1.5"}, f"Edited {path}.")
+
+    smoke_run = run("python scripts/smoke_loss.py --config configs/loss.yaml --steps 20")
+    train = bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt", "train")
+    unchecked = traj(hiro, seen, change(), train, bg("bash scripts/train.sh outputs/sft.jsonl outputs/ckpt2", "t2"),
+                     desc=DESC, facts=facts)
+    got = drops(unchecked, "violate_instruction")
+    assert list(got) == [3] and "without running smoke" in got[3]  # (the second launch consumes the first breach)
+    assert drops(traj(hiro, seen, change(), smoke_run, train, desc=DESC, facts=facts), "violate_instruction") == {}
+    assert drops(traj(hiro, seen, change("configs/data.yaml"), train, desc=DESC, facts=facts), "violate_instruction") == {}
+
+    checker = {**SCRIPTS, "scripts/run_checker.py": "- `scripts/run_checker.py --split dev|test --concurrency 128`: runs "
+                                                    "the checker over a split and writes its decisions."}
+    cfacts = FACTS.model_copy(update={"scripts": checker})
+    ken = st("think", {"thought": "ok"}, guidance=["one process rule for this task: score on dev before every test run. no "
+                                                   "test run without a dev score for the same checker version. – Ken"])
+    seen_c = st("open_file", {"path": "checker/equiv.py"}, "\n".join(f"{k}: line {k}" for k in range(1, 30)))
+    dev = run("python scripts/run_checker.py --split dev --concurrency 128")
+    test = bg("python scripts/run_checker.py --split test --concurrency 128", "test")
+    edit_c = change("checker/equiv.py")
+    steps = traj(ken, seen_c, edit_c, dev, test, edit_c, test, desc=DESC, facts=cfacts)
+    got = drops(steps, "violate_instruction")
+    assert list(got) == [6] and "without running dev" in got[6]
+
+    dana = st("think", {"thought": "ok"}, guidance=["please cap the repair loop at 2 retries per question (3 calls max), not "
+                                                    "5 — the coder server is shared this week. — Dana"])
+    assert {d.kind for d in extract(dana.guidance[0].text)} == {"bound"}
+    for n, breach in ((4, True), (2, False)):
+        new = created("agent/pipeline.py", f"import json\nMAX_REPAIRS = {n}\n\n\ndef answer(q):\n    for a in range(1 + MAX_REPAIRS):"
+                                           "\n        pass\n")
+        assert bool(drops(t(dana, new), "violate_instruction")) is breach
+
+    dev_acc = {**SCRIPTS, "scripts/dev_acc.py": "- `scripts/dev_acc.py --ckpt DIR`: dev accuracy, batched with vLLM."}
+    own = created("tools/dev_acc_hf.py", "import json\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
+                                         "m = AutoModelForCausalLM.from_pretrained('runs/sft')\ntok = AutoTokenizer.from_pretrained('runs/sft')\n"
+                                         "ok = 0\nrows = [json.loads(x) for x in open('data/dev.jsonl')]\nfor r in rows:\n"
+                                         "    ids = tok(r['prompt'], return_tensors='pt').input_ids\n"
+                                         "    out = m.generate(ids, max_new_tokens=64)\n"
+                                         "    ok += tok.decode(out[0]).strip() == r['answer']\nprint('dev accuracy', ok / len(rows))\n")
+    masked, _ = Masker(MaskConfig()).mask([traj(own, desc=DESC, facts=FACTS.model_copy(update={"scripts": dev_acc}))])
+    decision = masked[0].steps[0].mask
+    assert not decision.keep and decision.category == "inefficient_inference" and "ignore_script" in decision.reason

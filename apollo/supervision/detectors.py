@@ -99,7 +99,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
 )
 
 # the precedence among rule drops of one step (params.yaml's mask.detectors lists the same order)
-PRECEDENCE: tuple[str, ...] = ("violate_instruction", "ignore_script", "inefficient_inference", "invalid_action", "blind_edit",
+PRECEDENCE: tuple[str, ...] = ("violate_instruction", "inefficient_inference", "ignore_script", "invalid_action", "blind_edit",
                                "performance_regression", "resource_waste", "improper_eval")
 CATEGORIES: tuple[str, ...] = (
     "ignore_script",

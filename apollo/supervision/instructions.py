@@ -271,6 +271,22 @@ EVAL_UNFINISHED_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never|no)\s+(?:spend|
 # "run S … before any training", "before each retrain": a run of S is a precondition of every training launch after a change
 TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|launching|starting)?\s*(?:\w+\s+){0,2}?"
                               r"(?:training|train\b|retrain\w*|(?:rl|grpo|sft|ppo|dpo)\s+runs?)")
+# (round 24) "cap the repair loop at 2 retries per question": a bound on the keys its first word or the unit name
+CAP_WORDS_RE = re.compile(r"(?i)\bcap\s+(?:the\s+|your\s+|its\s+)?([a-z][a-z-]{2,20})(?:\s+[a-z][a-z-]{2,20})?\s+(?:at|to)\s+"
+                          r"(\d+)\s+([a-z]{3,})\b")
+# (round 24) "run the smoke test after every change to the loss": every training launch after a change of the
+# topic's files needs a run of the script the noun names since that change
+AFTER_CHANGE_RE = re.compile(r"(?i)\b(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?([a-z][\w-]*)\s+(?:test|check|probe|script)s?\s+"
+                             r"after\s+(?:every|each|any)\s+(?:change|edit|modification|tweak)s?\s+(?:to|of|in)\s+"
+                             r"(?:the\s+|your\s+)?([a-z][\w-]*)")
+# (round 24) "score on dev before every test run", "no test run without a dev score": every JOB run after a change
+# needs a CHECK run since that change
+JOB_NEEDS_RES = (
+    ("cj", re.compile(r"(?i)\b(?:score|run|check|evaluate|measure|eval)\s+(?:it\s+)?(?:on\s+)?(?:the\s+)?([a-z][\w-]*)\s+"
+                      r"(?:set\s+|split\s+)?before\s+(?:every|each|any)\s+([a-z][\w-]*)\s+(?:run|job|pass|submission)")),
+    ("jc", re.compile(r"(?i)\bno\s+([a-z][\w-]*)\s+(?:run|job|pass|submission)s?\s+without\s+(?:a\s+|the\s+|an\s+)?"
+                      r"([a-z][\w-]*)\s+(?:score|run|check|result|number)")),
+)
 # "use all four GPUs for training runs", "rl_train.sh on all 4 GPUs please"
 # "while a training run is going, don't put anything else on the GPUs": no other GPU job beside a running training
 GPU_EXCLUSIVE_RE = re.compile(r"(?i)\bwhile\s+(?:a\s+|the\s+|any\s+)?(?:training|train|grpo|sft)\b[^.;!?]{0,40}?\b(?:going|running|"
@@ -927,6 +943,15 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         if sm or after:
             each = bool(after) and re.search(r"(?i)\b(?:any|each|every)\b", m.group(0)) is not None
             res.append(d("train_needs_check", norm_path((sm or after).group(1)), {"each": "1"} if each else {}))
+    if not any(x.kind == "train_needs_check" for x in out + res if x.text == sent):
+        if (m := AFTER_CHANGE_RE.search(sent)) and m.group(1).lower() not in _ORDER_STOP:
+            res.append(d("train_needs_check", m.group(1).lower(), {"word": "1", "topic": m.group(2).lower()}))
+        for shape, rx in JOB_NEEDS_RES:
+            if (m := rx.search(sent)):
+                chk, job = (m.group(1), m.group(2)) if shape == "cj" else (m.group(2), m.group(1))
+                if chk.lower() != job.lower() and not {chk.lower(), job.lower()} & _ORDER_STOP:
+                    res.append(d("train_needs_check", chk.lower(), {"word": "1", "job": job.lower()}))
+                break
     if GPU_EXCLUSIVE_RE.search(sent):
         res.append(d("gpu_exclusive", ""))
     m = PAREN_KV_RE.search(sent)
@@ -968,6 +993,14 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             continue
         if not any(x.kind in ("flag", "use_script") and (x.target == m.group(1) or m.group(1) in x.values) for x in out):
             res.append(d("flag_on", m.group(1)))
+    m = CAP_WORDS_RE.search(sent)
+    if m and m.group(3).lower() not in _UNITS.replace(r"\s+", " ").split("|") and m.group(1).lower() not in _NOUN_STOP \
+            and not any(x.kind in ("bound", "keep", "count") and x.text == sent for x in out + res):
+        alts = []
+        for w in (m.group(1).lower(), m.group(3).lower()):
+            alts.append(f"{w[:-3]}(?:y|ies)" if w.endswith("ies") else f"{w[:-1]}s?" if w.endswith("s") else f"{w}s?")
+        res.append(d("bound", r"(?:^|[_.-])(?:" + "|".join(alts) + r")(?:[_.-]|$)",
+                     {"op": "le", "v": m.group(2), "match": "regex", "topic": m.group(1).lower()}))
     for m in KEEP_WORDS_BOUND_RE.finditer(sent):
         words = [w for w in m.group(1).lower().split() if w not in _NOUN_STOP]
         if not words or any(x.kind in ("bound", "keep") and x.text == sent for x in out):
@@ -1653,18 +1686,27 @@ _LAUNCH_TRAIN_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun")
 def _unchecked_training(f: Facts, i: int, d: Directive) -> str | None:
     """Run ``i`` launches training after an edit (a change of code or config since the message) with no
     successful run of the check script since that edit."""
-    if not launches_training(f, i):
+    job = d.values.get("job")
+    launches = (lambda j: names_job(job, f.command(j))) if job else (lambda j: launches_training(f, j))  # noqa: E731
+    if not launches(i):
         return None
-    runs_check = lambda j: any(r == d.target or r.endswith("/" + d.target) for r in f.script_runs(j))  # noqa: E731
+    if d.values.get("word"):  # a noun names the check ("the smoke test": scripts/smoke_loss.py; "dev": --split dev)
+        runs_check = lambda j: names_job(d.target, f.command(j)) and not (job and names_job(job, f.command(j)))  # noqa: E731
+    else:
+        runs_check = lambda j: any(r == d.target or r.endswith("/" + d.target) for r in f.script_runs(j))  # noqa: E731
     if d.values.get("each"):  # "for any retrain from now on re-run S first": a run of S since the last launch
         since = max([d.given_at] + [j + 1 for j in range(d.given_at, i) if f.oks[j] and launches_training(f, j)])
         if any(runs_check(j) and f.oks[j] and not f.steps[j].observation.exit_code for j in range(since, i)):
             return None
         return f"launched training without running {d.target} since {'the last launch' if since > d.given_at else 'the message'} " \
                f"({d.describe()})"
-    edits = [j for j in range(d.given_at, i) if f.tools[j] in ("edit_file", "create_file") and f.oks[j] and f.writes[j]]
+    topic = d.values.get("topic")
+    edits = [j for j in range(d.given_at, i) if f.tools[j] in ("edit_file", "create_file") and f.oks[j] and f.writes[j]
+             and (not topic or topic in str(f.args[j].get("path") or "").lower())]
     if not edits or any(runs_check(j) and f.oks[j] and not f.steps[j].observation.exit_code for j in range(edits[-1] + 1, i)):
         return None
+    if d.values.get("word") and any(f.oks[j] and launches(j) for j in range(edits[-1] + 1, i)):
+        return None  # (the first launch after the change is the breach; a later one consumes it)
     return f"launched training after the change at step {edits[-1]} without running {d.target} first ({d.describe()})"
 
 
