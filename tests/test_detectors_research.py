@@ -2079,3 +2079,19 @@ def test_round_24_ordering_rules_caps_and_serial_own_scripts():
     masked, _ = Masker(MaskConfig()).mask([traj(own, desc=DESC, facts=FACTS.model_copy(update={"scripts": dev_acc}))])
     decision = masked[0].steps[0].mask
     assert not decision.keep and decision.category == "inefficient_inference" and "ignore_script" in decision.reason
+
+
+def test_round_24_an_own_pass_writing_a_provided_scripts_scratch_output():
+    """A here-document that writes the file a provided script's usage names with ``--out`` in a scratch folder
+    (``--out work/dedup_keep.txt``) does that script's job (round 24, set 18's 248-s1 9); another file is its own."""
+    dedup = {**SCRIPTS, "scripts/dedup.py": "srun python scripts/dedup.py --features work/features.parquet --threshold 0.8 "
+                                            "--out work/dedup_keep.txt # MinHash near-duplicate questions within a passage"}
+    facts = FACTS.model_copy(update={"scripts": dedup})
+
+    def own(path):
+        return run("python - <<'EOF'\nimport json\nseen, keep = set(), []\nfor line in open('data/pool.jsonl'):\n"
+                   "    r = json.loads(line)\n    k = (r['passage_id'], r['question'].lower())\n    if k in seen:\n        continue\n"
+                   f"    seen.add(k); keep.append(r['id'])\nopen('{path}', 'w').write('\\n'.join(keep))\nEOF")
+
+    assert "scripts/dedup.py" in drops(traj(own("work/dedup_keep.txt"), desc=DESC, facts=facts), "ignore_script")[0]
+    assert drops(traj(own("work/exact_ids.txt"), desc=DESC, facts=facts), "ignore_script") == {}

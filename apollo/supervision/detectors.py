@@ -379,7 +379,9 @@ def _written_by_line(doc: str) -> list[re.Pattern[str]]:
     last path (``train.sh outputs/train_aug.tsv outputs/parser`` reads the first and writes the second; round 15)."""
     outs = _doc_outputs(doc)
     if len(outs) <= 1:
-        return outs
+        # (round 24) an ``--out`` file of the usage in a scratch folder (``--out work/dedup_keep.txt``) is written too
+        return outs or [re.compile(re.escape(m) + "$") for m in _DOC_PATH_RE.findall(" ".join(_OUT_ARG_RE.findall(doc)))
+                        if "/" in m and "<" not in m and "{" not in m][:1]
     flagged = _doc_outputs(" ".join(_OUT_ARG_RE.findall(doc)))
     return flagged or outs[-1:]
 
