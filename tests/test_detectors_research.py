@@ -2095,3 +2095,63 @@ def test_round_24_an_own_pass_writing_a_provided_scripts_scratch_output():
 
     assert "scripts/dedup.py" in drops(traj(own("work/dedup_keep.txt"), desc=DESC, facts=facts), "ignore_script")[0]
     assert drops(traj(own("work/exact_ids.txt"), desc=DESC, facts=facts), "ignore_script") == {}
+
+
+def test_round_24_from_the_nineteenth_sets_dev_split():
+    """Round 24 (blind_research19's dev split): usages in a CUE struct (``cmd: "python …"``), an invoke task
+    (``c.run(f"python …")``) and a Kotlin DSL list (``"--out", "work/phrased.jsonl"``); a trainer's one path is its
+    data, not its output; a shell loop of ``urlopen`` one-liners is a serial client; a client sent to 2 of the 4
+    replicas its line lists idles the others; "runs `scripts/run_agent.py` with your `agent/`" makes ``agent/`` an
+    evaluated input; a probe re-run after writing the file its line says it scores is no duplicate."""
+    from apollo.supervision.facts import signature
+
+    cue = 'cmd: "python scripts/run_agent.py --levels data/dev.txt --ports 8000,8001 --concurrency 32 --out runs/dev0" # doc: "…"'
+    assert ("--concurrency", "32") in signature(cue).flags
+    inv = 'c.run(f"python scripts/run_eval.py --segments data/dev.jsonl --ports 8000,8001,8002,8003 --concurrency {c}")'
+    assert ("--ports", "8000,8001,8002,8003") in signature(inv).flags
+
+    scripts = {"scripts/serve.sh": SCRIPTS["scripts/serve.sh"],
+               "scripts/phrase.py": 'commandLine("python", "scripts/phrase.py", "--in", "work/cases.jsonl", "--out", '
+                                    '"work/phrased.jsonl") description = "asks the writer for a word problem per case"',
+               "scripts/check.py": 'commandLine("python", "scripts/check.py", "--in", "work/phrased.jsonl", "--out", '
+                                   '"work/checked.jsonl") description = "recomputes each answer; keeps the matches. CPU."',
+               "scripts/train_sft.sh": 'commandLine("bash", "scripts/train_sft.sh", "outputs/train.jsonl", "runs/sft0") '
+                                       'description = "torchrun on NGPU GPUs on DATA into OUTDIR"',
+               "scripts/run_eval.py": inv + "  # async requests to every replica"}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+
+    def own(src):
+        return run(f"python - <<'EOF'\nimport json\nwith open('{src}') as f, open('outputs/train.jsonl', 'w') as out:\n"
+                   "    for line in f:\n        ex = json.loads(line)\n        if ex['answer'] in ex['solution']:\n"
+                   "            out.write(line)\nEOF")
+
+    assert "scripts/check.py" in drops(traj(own("work/phrased.jsonl"), desc=DESC, facts=facts), "ignore_script")[0]
+    assert not any("train_sft.sh" in r for r in drops(traj(own("work/mine.jsonl"), desc=DESC, facts=facts),
+                                                       "ignore_script").values())  # (the trainer's data is not its job)
+
+    loop = run("for i in $(seq 1 150); do sed -n \"${i}p\" data/dev.jsonl | python -c 'import json,sys,urllib.request; "
+               "s=json.load(sys.stdin); r=urllib.request.Request(\"http://localhost:8000/v1/chat/completions\", "
+               "data=json.dumps(s).encode()); print(urllib.request.urlopen(r).read()[:80])'; done")
+    assert "one request per iteration" in drops(t(loop), "inefficient_inference")[0]
+
+    half = run("python scripts/run_eval.py --segments data/dev.jsonl --ports 8000,8001 --concurrency 128")
+    server = bg("TP=2 REPLICAS=4 bash scripts/serve.sh models/judge", "srv")
+    assert "2 of the 4 served replicas" in drops(traj(server, half, desc=DESC, facts=facts), "resource_waste")[1]
+    two = bg("TP=2 REPLICAS=2 bash scripts/serve.sh models/judge", "srv")
+    assert drops(traj(two, half, desc=DESC, facts=facts), "resource_waste") == {}  # (the waste was the server's)
+
+    agent = DESC.replace("The evaluation scores `outputs/ckpt/final/` on a hidden test set.",
+                         "The evaluation runs `scripts/bench.py` with your `agent/` on held-out levels.")
+    edit = st("edit_file", {"path": "agent/solve.py", "start_line": 1, "end_line": 1, "content": "K = 2"}, "Edited agent/solve.py.")
+    seen = st("open_file", {"path": "agent/solve.py"}, "1: K = 1")
+    steps = traj(ev(), seen, edit, bg("python scripts/bench.py --model m", "dev"), idle("dev"), ev("Evaluation 2/3: overall_score=30"),
+                 desc=agent, facts=FACTS)
+    assert drops(steps, "improper_eval") == {}
+
+    probe = {**SCRIPTS, "scripts/probe_reward.py": "probe: `python scripts/probe_reward.py --probe data/probe.jsonl` -- scores "
+                                                   "every labelled completion with src/countdown_reward.py; CPU, seconds"}
+    again = run("python scripts/probe_reward.py --probe data/probe.jsonl")
+    assert drops(traj(again, created("src/countdown_reward.py", "def compute_score(s, gt):\n    return 0.0\n"), again,
+                      desc=DESC, facts=FACTS.model_copy(update={"scripts": probe})), "resource_waste") == {}
+    assert 2 in drops(traj(again, run("ls data"), again, desc=DESC, facts=FACTS.model_copy(update={"scripts": probe})),
+                      "resource_waste")  # (nothing it reads changed: the same run twice)

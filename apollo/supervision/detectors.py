@@ -503,8 +503,10 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         works = bool(writes) or bool(_WORK_CALL_RE.search(content))
         for s in f.scripts:
             doc = f.script_docs.get(s, "")
-            if writes and any(rx.match(w) for rx in _written_by_line(doc) for w in writes):
-                return s
+            if writes and any(rx.match(w) for rx in _written_by_line(doc) for w in writes) and not (
+                    "train" in _function_words(s) or doc_says(_TRAINS_DOC_RE, _DOC_PATH_RE.sub(" ", doc))):
+                return s  # (round 24: a trainer's one path is its data, not what it writes: a filter that writes
+                # outputs/train.jsonl is no own train_sft.sh)
             if not f.scripts.get(s) and not _doc_outputs(doc) and not _DOC_PATH_RE.search(doc):
                 continue
             # it writes a file named for what the script is for (pii.tsv / pii_scan.py)
@@ -570,7 +572,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
 _CAMEL_RE = re.compile(r"\b[A-Z][a-z]{2,}[A-Z][A-Za-z]+\b")  # a method's or library's name in a script's line (MinHash)
 _CAMEL_STOP = frozenset({"DataFrame", "HuggingFace", "PyTorch", "GitHub", "JavaScript", "TypeScript", "LaTeX", "OpenAI",
                          "ChatGPT", "JupyterLab", "PyPI", "NumPy", "SciPy", "FastAPI"})
-_OUT_ARG_RE = re.compile(r"--out(?:put)?(?:[_-]\w+)?[= ]+\S+")
+_OUT_ARG_RE = re.compile(r"--out(?:put)?(?:[_-]\w+)?(?:[= ]+|[\"']?,\s*[\"']?)\S+")  # (round 24: "--out", "F" in a DSL's list)
 _DOC_FIELD_RE = re.compile(r"\badds?\s+`{1,2}([a-z]\w*)`{1,2}|\b(?:column|field|key)s?\s+`{0,2}([a-z]+_\w+)`{0,2}"
                            r"|\(\s*([a-z]+(?:_[a-z]+)*)\s*,\s*\d+\s*-\s*\d+\s*\)")
 
@@ -801,7 +803,7 @@ _CONCURRENT_RE = re.compile(r"ThreadPoolExecutor|ProcessPoolExecutor|\basyncio\b
 _GATHER_RE = re.compile(r"\basyncio\.gather\b|\bgather\(|create_task\(|TaskGroup\(|as_completed\(|Semaphore\(|"
                         r"ThreadPoolExecutor|ProcessPoolExecutor|\bPool\(|\.map\(")
 _PER_ITEM_METHOD_RE = re.compile(r"^(?:\w+_one|\w+_single|predict|classify|score|infer)$")
-_CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.post\(|\bhttpx\.post\(")
+_CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.post\(|\bhttpx\.post\(|\burlopen\(")
 
 
 def _loop_iters_batches(loop: Any) -> bool:
@@ -1734,6 +1736,23 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
     return False
 
 
+_PORTS_FLAG_RE = re.compile(r"--(?:ports|endpoints|urls|servers|base[_-]urls)$")
+
+
+def _fewer_replicas(f: Facts, i: int) -> str | None:
+    """(round 24) A client run against fewer of the served replicas than its usage line lists (``--ports 8000,8001``
+    where the line shows ``--ports 8000,8001,8002,8003``): the other replicas hold their GPUs and idle."""
+    for s, sig, _, flags in f.script_calls(i):
+        for fl, default in sig.flags:
+            if _PORTS_FLAG_RE.match(fl) and "," in default and (got := flags.get(fl)) \
+                    and len(got.split(",")) < len(default.split(",")) and not any(
+                        j.server and (r := re.search(r"\bREPLICAS=(\d+)", j.command)) and int(r.group(1)) <= len(got.split(","))
+                        for j in f.jobs_before[i]):  # (the agent started that few: the waste was the server's)
+                return f"runs {s} with {fl} {got}: {len(got.split(','))} of the {len(default.split(','))} served " \
+                       "replicas its usage line lists, the others idle"
+    return None
+
+
 @register("resource_waste", judge_tools=("run_command", "sleep", "check_session_idle", "get_session_output"))
 def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Compute left idle (a GPU job on few of the pool's GPUs, a duplicate of a running job, a long sleep
@@ -1803,6 +1822,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 # another on one GPU while the pool idles (a loop that backgrounds each, `… & done`, runs them together)
                 out.append(_drop(i, "resource_waste", f"ran a loop of one-GPU jobs one after another on one GPU while "
                                                       f"{pool} were free"))
+            elif p.flag_gpu_underuse and runs and (few := _fewer_replicas(f, i)):
+                out.append(_drop(i, "resource_waste", few))
             elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (srv := _lone_server(f, i, pool)):
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
@@ -1925,8 +1946,9 @@ def _same_run_again(f: Facts, i: int) -> int | None:
         t = f.tools[j]
         if t == "edit_file" and f.oks[j]:
             return None
-        if t == "create_file" and f.oks[j] and (norm_path(f.args[j].get("path")) or "?") in cmd:
-            return None
+        if t == "create_file" and f.oks[j] and ((path := norm_path(f.args[j].get("path")) or "?") in cmd or any(
+                path in f.script_docs.get(r, "") for r in runs)):
+            return None  # (round 24: a file the script's line says it reads, "scores … with src/countdown_reward.py")
         if t == "run_command" and f.oks[j]:
             if SED_I_RE.search(f.command(j)) or any(w in cmd for w in f.written_paths(j) if w):
                 return None
