@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research18``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research19``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -20,7 +20,8 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research7", FIX / "blind_research8", FIX / "blind_research9",
                                         FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
                                         FIX / "blind_research13", FIX / "blind_research14", FIX / "blind_research15",
-                                        FIX / "blind_research16", FIX / "blind_research17", FIX / "blind_research18"],
+                                        FIX / "blind_research16", FIX / "blind_research17", FIX / "blind_research18",
+                                        FIX / "blind_research19"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
@@ -140,6 +141,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # c2b7669, held out; 0.96 / 0.83 after round 23
     ("blind_research18", "test", 62, 0.90, 0.80),  # round 23 (tuned on its dev split only): 0.95 / 0.85 at b082101, measured
                                                    # once (round 22: 0.95 / 0.84)
+    ("blind_research19", None, 130, 0.90, 0.82),   # written and labeled after round 23 (and round 24's first part, tuned on
+                                                   # set 18's dev split): 0.90 / 0.82 on all 479 actions at ff00fd9, held
+                                                   # out (round 23: the same); 0.92 / 0.85 after round 24
+    ("blind_research19", "test", 64, 0.88, 0.80),  # round 24 (tuned on its dev split only): 0.92 / 0.84 at adfd2c9, measured
+                                                   # once (held out: 0.88 / 0.83)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
