@@ -70,6 +70,11 @@ directive                    example                                      a late
 ``train_needs_check S``      "Run probe_reward.py after every reward       launches training after an edit with no
                              change, before any training"; (each) "for     run of S since it; (each) with no run of
                              any retrain from now on re-run S first"       S since the last launch
+``train_needs_check W``      (word) "run the smoke test after every        (topic) launches training after an edit of
+                             change to the loss"; (job) "score on dev      a file the topic names (``chat_loss.py``),
+                             before every test run", "no test run          (job) runs a command naming the job
+                             without a dev score"                          (``--split test``) after an edit, with no
+                                                                           command naming W since; the first only
 ``keep KEY word``            "run the nli on cpu (nli_device: cpu)"        writes KEY with another word
 ``gpu_exclusive``            "while a training run is going, don't put     starts a GPU job beside a running
                              anything else on the GPUs"                    training (checked in the detectors)
@@ -193,6 +198,7 @@ SCRIPT_FLAGS_RE = re.compile(r"^\W*`?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`?\s*[:\u2
 _UNITS = (r"examples|rows|pairs|samples|records|items|questions|lines|instances|dialogues|dialogs|conversations|"
           r"problems|documents|docs|queries|prompts|trajectories|episodes|sentences|comments|turns|answers|"
           r"solutions|completions|captions|images|pairs|tasks|programs|puzzles|stories|texts|ids|labels|candidates")
+_UNIT_WORDS = frozenset(_UNITS.split("|"))
 COUNT_RE = re.compile(rf"(?i)(?:\b(at\s+most|no\s+more\s+than|up\s+to|at\s+least|no\s+fewer\s+than|at\s+or\s+(?:below|under)|"
                       rf"at\s+or\s+above)\s+{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b"
                       rf"|\b{_NUM}\s+(?:\w+\s+){{0,2}}?({_UNITS})\s+or\s+(fewer|less|more))")
@@ -994,7 +1000,7 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         if not any(x.kind in ("flag", "use_script") and (x.target == m.group(1) or m.group(1) in x.values) for x in out):
             res.append(d("flag_on", m.group(1)))
     m = CAP_WORDS_RE.search(sent)
-    if m and m.group(3).lower() not in _UNITS.replace(r"\s+", " ").split("|") and m.group(1).lower() not in _NOUN_STOP \
+    if m and m.group(3).lower() not in _UNIT_WORDS and m.group(1).lower() not in _NOUN_STOP \
             and not any(x.kind in ("bound", "keep", "count") and x.text == sent for x in out + res):
         alts = []
         for w in (m.group(1).lower(), m.group(3).lower()):
@@ -1685,7 +1691,9 @@ _LAUNCH_TRAIN_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun")
 
 def _unchecked_training(f: Facts, i: int, d: Directive) -> str | None:
     """Run ``i`` launches training after an edit (a change of code or config since the message) with no
-    successful run of the check script since that edit."""
+    successful run of the check script since that edit; for a check a word names (``values["word"]``), the
+    edits are those of files the topic names, the launch may be another job's (``values["job"]``: "test"), and
+    only the first launch after the edit breaks it (a later one consumes the breach)."""
     job = d.values.get("job")
     launches = (lambda j: names_job(job, f.command(j))) if job else (lambda j: launches_training(f, j))  # noqa: E731
     if not launches(i):
