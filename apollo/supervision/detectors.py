@@ -1744,12 +1744,13 @@ def _fewer_replicas(f: Facts, i: int) -> str | None:
     where the line shows ``--ports 8000,8001,8002,8003``): the other replicas hold their GPUs and idle."""
     for s, sig, _, flags in f.script_calls(i):
         for fl, default in sig.flags:
-            if _PORTS_FLAG_RE.match(fl) and "," in default and (got := flags.get(fl)) \
-                    and len(got.split(",")) < len(default.split(",")) and not any(
-                        j.server and (r := re.search(r"\bREPLICAS=(\d+)", j.command)) and int(r.group(1)) <= len(got.split(","))
-                        for j in f.jobs_before[i]):  # (the agent started that few: the waste was the server's)
-                return f"runs {s} with {fl} {got}: {len(got.split(','))} of the {len(default.split(','))} served " \
-                       "replicas its usage line lists, the others idle"
+            if not (_PORTS_FLAG_RE.match(fl) and "," in default and (got := flags.get(fl))):
+                continue
+            used, listed = len(got.split(",")), len(default.split(","))
+            started = [int(n) for j in f.jobs_before[i] if j.server
+                       for k, n in _REPLICAS_TP_ENV_RE.findall(j.command) if k == "REPLICAS"]
+            if used < listed and not any(n <= used for n in started):  # (the agent started that few: the server's waste)
+                return f"runs {s} with {fl} {got}: {used} of the {listed} served replicas its usage line lists, the others idle"
     return None
 
 
