@@ -466,6 +466,14 @@ def _serial_judge_of(f: Facts, path: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
+def _arg_dirs(script: str, doc: str) -> tuple[str, ...]:
+    """The folders a script's usage line passes it as positional arguments (``score_dev.py runs/dev0``: a path with
+    no file extension)."""
+    name = re.escape(os.path.basename(script))
+    return tuple(norm_path(m) for m in re.findall(rf"{name}\s+((?:[\w.-]+/)+[\w-]+)(?=[\s\"'`]|$)", doc))
+
+
 def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = (), heredoc: bool = False) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
@@ -522,6 +530,11 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             # it reads a run's file under the folder the line names with a placeholder (`score_dev.py outputs/dev/NAME`
             # and a one-liner over outputs/dev/chunks_v1/answers.jsonl) and prints a score
             if reads and _PRINTS_SCORE_RE.search(content) and any(rx.match(r) for rx in _placeholder_dirs(doc) for r in reads):
+                return s
+            # (round 25) or under the run folder a reporting script's line takes (`score_dev.py runs/dev0`: "Solve rate,
+            # calls per level … of a run folder") — the script writes nothing: the one-liner's score is its report
+            if reads and not f.scripts.get(s) and _PRINTS_SCORE_RE.search(content) and any(
+                    r.startswith(d + "/") for d in _arg_dirs(s, doc) for r in reads):
                 return s
             # (round 14) it reads the file the line names and prints the metrics the line says the script reports
             # ("score_dev.py outputs/dev_preds.jsonl (exact match, edit similarity)" and a one-liner printing EM/ES)
@@ -1164,6 +1177,14 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
     return out
 
 
+def _run_made(f: Facts, i: int) -> set[str]:
+    """What run ``i`` makes that a later command may carry on (its job's outputs, written paths, its scripts'
+    outputs), evaluated inputs aside."""
+    return {o for o in (*(f._job(i).outputs if f.background(i) else ()), *f.written_paths(i),
+                        *(x for sc in f.script_runs(i) for x in f.script_outputs(i, sc)[0]))
+            if "/" in o and o not in f.eval_inputs}
+
+
 @register("performance_regression", judge_tools=_WRITE_TOOLS)
 def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """The change after an eval that the next eval scores below the best so far: the edit (or the new
@@ -1246,14 +1267,13 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                 parts = _script_parts(f.command(i))
                 if cmd in ran or (parts and all(pt in ran for pt in parts)):
                     reruns.append(i)
-                    rerun_outs.update(o for o in (*(f._job(i).outputs if f.background(i) else ()), *f.written_paths(i),
-                                                  *(x for sc in f.script_runs(i) for x in f.script_outputs(i, sc)[0]))
-                                      if "/" in o and o not in f.eval_inputs)
+                    rerun_outs.update(_run_made(f, i))
                     continue  # a re-run / retrain of a command run before (new data paths): carries the change out
                 if any(f.tools[k] in ("edit_file", "create_file") and f.writes[k] for k in window if k < i) and \
                         _reruns_with_fewer_flags(f, i, [j for j in range(i) if f.tools[j] == "run_command" and f.oks[j]
                                                         and not (f.steps[j].observation.exit_code and not f.background(j))]):
                     # ((round 19) a run that crashed carried nothing out: its flags are no earlier value)
+                    rerun_outs.update(_run_made(f, i))  # (round 25: exporting what it made carries it out too)
                     continue  # (the same script again, defaults for what it leaves out, after the window's edit)
                 ran.add(cmd)
                 ran.update(_part_shapes(f.command(i)))
@@ -2334,6 +2354,9 @@ def _secs(f: Facts, k: int) -> float:
         return 0.0
 
 
+_PRINTS_DOC_RE = re.compile(r"(?i)\bprints?\b|\breports?\b")
+
+
 @per_step
 def _feeds_eval(f: Facts, i: int) -> bool:
     """Step ``i`` may change what the evaluation scores: any command that writes, and an edit or a created file
@@ -2343,7 +2366,10 @@ def _feeds_eval(f: Facts, i: int) -> bool:
     if not f.writes[i]:
         return False
     if not f.eval_inputs:
-        return True
+        # (round 25) an edit of a provided probe that only prints (its line says it prints or reports, writes nothing)
+        # changes no evaluated result
+        return not (f.tools[i] in ("edit_file", "create_file") and (path := norm_path(f.args[i].get("path"))) in f.scripts
+                    and not f.scripts[path] and doc_says(_PRINTS_DOC_RE, f.script_docs.get(path, "")))
     if f.tools[i] not in ("edit_file", "create_file"):
         # a command: what a job writes is guessed from usage lines, too loosely to rule out — unless each script it
         # runs names its outputs (round 12: `cat … > mix.jsonl && train.sh mix.jsonl outputs/sft_r2` writes no
@@ -2397,7 +2423,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
                       "(no idle session, completion log or output file yet)")
         elif missing:
             reason = f"evaluated before the output existed ({missing.group(0)})"
-        elif not changed and last_eval is None and p.flag_eval_before_change:
+        elif not changed and last_eval is None and (p.flag_eval_before_change or f.baseline_scored):
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
         elif not changed and last_eval is not None:
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"

@@ -216,6 +216,22 @@ def _task_outputs(description: str) -> frozenset[str]:
     return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
 
 
+_SHIPPED_SCORE_RE = re.compile(r"(?i)\bscore\s+0\s*=\s*the\s+(?:shipped|provided|given|current|existing|untouched|original|default)\b")
+_TASK_WRITER_RE = re.compile(r"\b(?:to|in|into)\s+`((?:\./)?outputs/[^`\s]*)`\)?\s+with\s+`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`"
+                             r"|\bwith\s+`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`\s+(?:to|into)\s+`((?:\./)?outputs/[^`\s]*)`")
+
+
+@lru_cache(maxsize=1024)
+def _task_script_writes(description: str) -> dict[str, tuple[str, ...]]:
+    """(round 25) Provided scripts the task statement says write an output: "export the trained policy to
+    `outputs/model/` with `scripts/export.sh`", "… with `scripts/export.sh` to `outputs/model/`" → {script: paths}."""
+    out: dict[str, tuple[str, ...]] = {}
+    for m in _TASK_WRITER_RE.finditer(" ".join(description.split())):
+        path, script = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        out[norm_path(script)] = out.get(norm_path(script), ()) + (norm_path(path),)
+    return out
+
+
 _WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|(?<!-)->|\bproduc|\bgenerat|\bbuild|\breplaces\b|\binstalls\b", re.IGNORECASE)
 
 
@@ -239,7 +255,6 @@ def _prints_dev_check(script: str, doc: str) -> bool:
 _TRAINS_DOC_RE = re.compile(r"(?i)\btrain|\bfine-?tun|\bcheckpoint|\bpredict")
 
 
-@lru_cache(maxsize=1024)
 @lru_cache(maxsize=8192)
 def doc_says(pattern: re.Pattern[str], doc: str) -> bool:
     """``pattern`` occurs in a task's text (a script's usage line): cached, the same few lines are asked
@@ -335,6 +350,8 @@ def signature(doc: str) -> Signature | None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
     toks = [t[1:-1] if re.fullmatch(r"\{[A-Z][A-Z0-9_]*\}", t) else t for t in toks]  # (round 16) a Snakefile's `{W}`
+    # (round 25) an f-string's / invoke task's `{out}`: the parameter's name, as a placeholder
+    toks = [t[1:-1].upper() if re.fullmatch(r"\{[a-z][a-z0-9_]*\}", t) else t for t in toks]
     pos: list[str] = []
     flags: list[tuple[str, str]] = []
     k = 0
@@ -392,6 +409,9 @@ _APPENDED_RE = re.compile(r"^[^#\n]*#\s*(?:append|add|then|followed\s+by)\s+([A-
 _OPEN_QUOTE_RE = re.compile(r'=\s*"')
 
 
+_FSTRING_FIELD_RE = re.compile(r"\{([a-z][a-z0-9_]*)\}([\"')]*)")
+
+
 def _marked_usage(doc: str) -> str | None:
     """The arguments of the longest labeled usage in a script's line (None: no such usage): the tokens after
     the script path while they read as a usage (flags, METAVARS, paths, numbers, ``[…]``, ``{a,b}``)."""
@@ -414,6 +434,11 @@ def _marked_usage(doc: str) -> str | None:
                 continue
             if "$" in t:  # (round 18) a Procfile's `$OUTDIR`, `${PORTS:-8000}`: the metavar, or the default it shows
                 t = _SHELL_VAR_RE.sub(lambda v: v.group(2) or v.group(1) or v.group(3), t)
+            if t.startswith("{") and (fm := _FSTRING_FIELD_RE.fullmatch(t)):  # (round 25) an invoke task's `{out}`
+                toks.append(fm.group(1).upper())
+                if fm.group(2):
+                    break
+                continue
             quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>', "}", '"]', "]=")) or (t.endswith("=") and not t.startswith("-"))  # the end of a quoted usage ("run": "bash x.sh
             # [--tp 2]", an XML attribute usage="… OUTDIR">)
             t = t.rstrip("\"',/>}]=") if quoted else t
@@ -1016,12 +1041,18 @@ class Facts:
                 names = _prose_placeholders(doc or "", len(sig.positional))  # (round 20) "… on DATA into OUTDIR": by name
                 if names:
                     outs = [norm_path(pos[k]) for k, n in enumerate(names[:len(pos)]) if _OUT_NAME_RE.match(n)]
+                elif lit and (later := [k for k, n in enumerate(sig.positional[:len(pos)]) if k > lit[-1] and "/" in n
+                                         and "." not in n.rsplit("/", 1)[-1]]):
+                    outs = [norm_path(pos[later[-1]])]  # (round 25) "proxy_ppl.sh outputs/keep_ids.txt runs/proxy0": the
+                    # selection file is its input, the run folder after it what it writes
                 elif lit:  # outputs/grpo_NAME outputs/final": the last outputs/ path the line shows is what it writes
                     outs = [norm_path(pos[lit[-1]])]
             outs += [norm_path(v) for f, v in flags.items() if v and f in sig.output_flags()]
             outs = [p for p in outs if p]
             if not outs:  # the line's default outputs ("default `outputs/<split>_pred.jsonl`"), placeholders
                 outs = _default_outputs(doc or "", flags)  # filled from the command's flags
+            if not outs:  # (round 25) the one the task statement says it writes ("export … to `outputs/model/` with `export.sh`")
+                outs = list(_task_script_writes(self.description).get(script, ()))
             if outs:
                 return outs, True
             # no output named: a script that only prints (CPU inspection) writes nothing; a trainer or a
@@ -1037,6 +1068,12 @@ class Facts:
             outs += [norm_path(v) for f, v in flags.items() if v and _OUT_FLAG_RE.match(f)]
             return outs, bool(outs)  # a write the code hides behind a variable: unknown
         return [], False
+
+    @cached_property
+    def baseline_scored(self) -> bool:
+        """(round 25) The task states what the workspace as shipped scores ("Score 0 = the shipped scaffold (solve
+        rate 0.12)"): an eval of it untouched measures nothing new."""
+        return bool(_SHIPPED_SCORE_RE.search(section(self.description, "Evaluation") or self.description))
 
     @cached_property
     def eval_inputs(self) -> frozenset[str]:
