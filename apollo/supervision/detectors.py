@@ -466,6 +466,9 @@ def _serial_judge_of(f: Facts, path: str) -> str | None:
     return None
 
 
+_TALLY_RE = re.compile(r"\bCounter\(|\bsum\(|/\s*len\(|\bmean\(|value_counts\(")
+
+
 @lru_cache(maxsize=4096)
 def _arg_dirs(script: str, doc: str) -> tuple[str, ...]:
     """The folders a script's usage line passes it as positional arguments (``score_dev.py runs/dev0``: a path with
@@ -535,6 +538,13 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             # calls per level … of a run folder") — the script writes nothing: the one-liner's score is its report
             if reads and not f.scripts.get(s) and _PRINTS_SCORE_RE.search(content) and any(
                     r.startswith(d + "/") for d in _arg_dirs(s, doc) for r in reads):
+                return s
+            # (round 26) or it tallies the file a reporting script's line reads ("model calls per puzzle from
+            # logs/calls.jsonl … CPU only") and prints the tally: that script's report, by hand
+            if reads and not f.scripts.get(s) and _TALLY_RE.search(content) and "print" in content \
+                    and doc_says(CPU_DOC_RE, doc) and not doc_says(_TRAINS_DOC_RE, doc) and any(
+                    "/" in r and r in doc and not any(r in f.script_docs.get(o, "") for o in f.scripts
+                                                      if o != s and not f.scripts.get(o)) for r in reads):
                 return s
             # (round 14) it reads the file the line names and prints the metrics the line says the script reports
             # ("score_dev.py outputs/dev_preds.jsonl (exact match, edit similarity)" and a one-liner printing EM/ES)
@@ -1177,6 +1187,32 @@ def detect_invalid_action(traj: Trajectory, f: Facts, p: DetectorParams) -> list
     return out
 
 
+def _asked_value(f: Facts, i: int) -> bool:
+    """(round 26) Run ``i`` changes nothing but a flag set to the value a human asked for before it ("For the label
+    guard please use --max-shift 0.15"), against the script's last run (or its usage line): the change is theirs."""
+    from apollo.supervision.instructions import _flag_value, _norm_value, directives
+
+    cmd = f.command(i)
+    asked = {d.target for d in directives(f) if d.kind == "flag" and d.given_at <= i and d.values.get("v")
+             and (got := _flag_value(cmd, d.target)) is not None and _norm_value(got) == _norm_value(d.values["v"])}
+    runs = f.script_runs(i)
+    if not asked or not runs:
+        return False
+    prev = next((_FLAG_PAIR_RE.findall(f.command(j)) for j in range(i - 1, -1, -1) if f.tools[j] == "run_command"
+                 and f.oks[j] and f.script_runs(j) == runs), None)
+    if prev is None:
+        calls = f.script_calls(i)
+        if not calls:
+            return False
+        prev = list(calls[0][1].flags)
+    mine, theirs = dict(_FLAG_PAIR_RE.findall(cmd)), dict(prev)
+    return all(k in asked or "/" in mine.get(k, "") + theirs.get(k, "") for k in set(mine) | set(theirs)
+               if mine.get(k) != theirs.get(k))
+
+
+_FLAG_PAIR_RE = re.compile(r"(--[\w-]+)(?:[= ]+([^\s-]\S*))?")
+
+
 def _run_made(f: Facts, i: int) -> set[str]:
     """What run ``i`` makes that a later command may carry on (its job's outputs, written paths, its scripts'
     outputs), evaluated inputs aside."""
@@ -1254,6 +1290,8 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
                 carriers += 1  # calibrating, exporting or copying what a re-run made (`cp -r outputs/sft_r2 outputs/final`)
                 continue
             tool = f.tools[i]
+            if tool == "run_command" and _asked_value(f, i):
+                continue  # (round 26) a run with the flag value a human asked for carries out their choice
             if tool == "run_command" and (
                     (f.steps[i].observation.exit_code and not f.background(i))  # crashed: it changed nothing
                     or f.is_server(i)  # a server started to look at samples: it changes no evaluated output
@@ -1415,6 +1453,66 @@ def _repairs_crash(f: Facts, i: int) -> bool:
         and path in f.obs[shown]
 
 
+def _undoes_edit(f: Facts, i: int) -> bool:
+    """(round 26) Edit ``i`` replaces exactly the lines an earlier edit of the file wrote (same first line, as many
+    lines) with the lines that edit replaced, as the agent saw them before it: "reverts the boost"."""
+    from apollo.supervision.instructions import _NUMBERED_RE
+
+    a = f.args[i]
+    path, content = norm_path(a.get("path")), a.get("content")
+    try:
+        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
+    except (TypeError, ValueError):
+        return False
+    if not isinstance(content, str):
+        return False
+    for j in range(i - 1, -1, -1):
+        if f.tools[j] != "edit_file" or not f.oks[j] or norm_path(f.args[j].get("path")) != path:
+            continue
+        b = f.args[j]
+        wrote = b.get("content")
+        try:
+            jlo, jhi = int(b.get("start_line")), int(b.get("end_line"))
+        except (TypeError, ValueError):
+            return False
+        if jlo != lo or not isinstance(wrote, str) or len(wrote.rstrip("\n").split("\n")) != hi - lo + 1:
+            return False
+        want = [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
+        for k in range(j - 1, -1, -1):
+            if f.tools[k] in ("open_file", "edit_file") and f.oks[k] and norm_path(f.args[k].get("path")) == path:
+                lines = {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[k])}
+                if all(x in lines for x in range(jlo, jhi + 1)):
+                    return [lines[x] for x in range(jlo, jhi + 1)] == want
+        return False
+    return False
+
+
+def _as_at(f: Facts, i: int, best_at: int) -> bool:
+    """(round 26) Edit ``i`` writes its lines as the file showed them last before the best eval (an ``open_file`` or an
+    edit's echo, numbered): it restores the version that scored best ("restores the first config")."""
+    from apollo.supervision.instructions import _NUMBERED_RE
+
+    a = f.args[i]
+    path, content = norm_path(a.get("path")), a.get("content")
+    try:
+        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
+    except (TypeError, ValueError):
+        return False
+    if not isinstance(content, str):
+        return False
+    want = [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
+    for j in range(best_at - 1, -1, -1):
+        if f.tools[j] in ("open_file", "edit_file", "create_file") and f.oks[j] and norm_path(f.args[j].get("path")) == path:
+            if f.tools[j] == "create_file":  # (the file as the agent wrote it in full)
+                text = f.args[j].get("content")
+                lines = dict(enumerate((ln.rstrip() for ln in text.split("\n")), 1)) if isinstance(text, str) else {}
+            else:
+                lines = {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[j])}
+            if all(k in lines for k in range(lo, hi + 1)):
+                return [lines[k] for k in range(lo, hi + 1)] == want
+    return False
+
+
 def _puts_back(f: Facts, i: int, best_at: int) -> bool:
     """Edit or overwrite ``i`` undoes a change made after the best eval (at step ``best_at``), restoring what the
     file held: the lines an earlier edit replaced (:func:`~apollo.supervision.instructions._reverts`), or a
@@ -1428,7 +1526,7 @@ def _puts_back(f: Facts, i: int, best_at: int) -> bool:
     if undone is None or undone < best_at:
         return False
     if f.tools[i] == "edit_file":
-        return _reverts(f, i)
+        return _reverts(f, i) or _as_at(f, i, best_at) or _undoes_edit(f, i)
     if f.tools[i] != "create_file" or not f.obs[i].startswith("Overwrote"):
         return False
     content = f.args[i].get("content")
@@ -1463,9 +1561,19 @@ def _reruns_with_fewer_flags(f: Facts, i: int, before: list[int]) -> bool:
 _FLAG_PAIR_RE = re.compile(r"(--[\w-]+)[= ]([^\s;&|]+)")  # every `--flag value` of a whole command line
 
 
+def _provided_run_under_own_training(f: Facts, i: int) -> bool:
+    """(round 26) Where the evaluation trains through a provided script itself and names no file it reads ("trains
+    the policy with your reward through `scripts/train_grpo.sh`"), a run of provided scripts (training, export, dev
+    check) writes nothing it scores: the agent's code is what it scores."""
+    return f.tools[i] == "run_command" and bool(f.eval_trains) and not f.eval_inputs and bool(runs := f.script_runs(i)) \
+        and all(r in f.scripts for r in runs) and not SED_I_RE.search(f.command(i)) and not CP_RE.search(f.command(i))
+
+
 def _feeds_result(f: Facts, i: int, end: int) -> bool:
     """Run_command ``i`` may change what is evaluated: it writes what the evaluation reads, or a file
     that a later change before ``end`` uses, or files it does not name."""
+    if _provided_run_under_own_training(f, i):
+        return False
     outs = set(f.written_paths(i))
     known = bool(outs)
     for s in f.script_runs(i):
@@ -1863,7 +1971,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 free = max(0, pool - busy)
                 if (cap := _gpu_cap(f, i)) is not None:
                     free = min(free, cap)  # (round 14) the GPUs it was told to keep to are all it may use
-                _, shards = shard_of(cmd)  # (round 23) shard 0 of 2 on one GPU: the split takes two, one per shard
+                idx, shards = shard_of(cmd)  # (round 23) shard 0 of 2 on one GPU: the split takes two, one per shard
+                if idx is None and _DEVICE_LOOP_RE.search(cmd):
+                    shards = None  # (round 26) a loop that starts every shard, one per GPU: `used` counts them all
                 if free >= 2 and used * max(1, shards or 1) * 2 <= free:
                     out.append(_drop(i, "resource_waste",
                                      f"launched a GPU job on {used} GPU(s) while {free} of the task's {pool} were free"))
@@ -1965,8 +2075,8 @@ def _same_run_again(f: Facts, i: int) -> int | None:
     between: list[int] = []
     for j in range(i - 1, -1, -1):
         t = f.tools[j]
-        if t == "edit_file" and f.oks[j]:
-            return None
+        if (t == "edit_file" or (t == "create_file" and f.obs[j].startswith("Overwrote"))) and f.oks[j]:
+            return None  # (round 26: an existing file rewritten in full is an edit)
         if t == "create_file" and f.oks[j] and ((path := norm_path(f.args[j].get("path")) or "?") in cmd or any(
                 path in f.script_docs.get(r, "") for r in runs)):
             return None  # (round 24: a file the script's line says it reads, "scores … with src/countdown_reward.py")
@@ -2368,6 +2478,8 @@ def _feeds_eval(f: Facts, i: int) -> bool:
     if not f.eval_inputs:
         # (round 25) an edit of a provided probe that only prints (its line says it prints or reports, writes nothing)
         # changes no evaluated result
+        if _provided_run_under_own_training(f, i):
+            return False
         return not (f.tools[i] in ("edit_file", "create_file") and (path := norm_path(f.args[i].get("path"))) in f.scripts
                     and not f.scripts[path] and doc_says(_PRINTS_DOC_RE, f.script_docs.get(path, "")))
     if f.tools[i] not in ("edit_file", "create_file"):
@@ -2397,6 +2509,42 @@ def _feeds_eval(f: Facts, i: int) -> bool:
     return any(covers(w, e) for w in f.written_paths(i) for e in f.eval_inputs)
 
 
+def _restores_eval(f: Facts, i: int, evals: list[int]) -> int | None:
+    """(round 26) Where the evaluation reads the agent's code files only, an earlier eval (before the last) whose version
+    eval ``i`` scores again: the edits of the evaluated files since the last eval put back, line range by line range,
+    what the files showed before that earlier eval, and the edits between it and the last eval touched those ranges
+    only. None: no such eval."""
+    if len(evals) < 2 or not f.eval_inputs or any(e.startswith(("output/", "outputs/")) for e in f.eval_inputs):
+        return None
+
+    def edits(a: int, b: int) -> list[int] | None:
+        out = []
+        for j in range(a + 1, b):
+            if not f.oks[j] or f.tools[j] not in ("edit_file", "create_file", "run_command"):
+                continue
+            if f.tools[j] == "run_command":
+                if any(covers(w, e) for w in f.written_paths(j) for e in f.eval_inputs):
+                    return None
+                continue
+            if any(covers(norm_path(f.args[j].get("path")), e) for e in f.eval_inputs):
+                if f.tools[j] == "create_file":
+                    return None
+                out.append(j)
+        return out
+
+    def ranges(js: list[int]) -> set[tuple[str, Any, Any]]:
+        return {(norm_path(f.args[j].get("path")), f.args[j].get("start_line"), f.args[j].get("end_line")) for j in js}
+
+    back = edits(evals[-1], i)
+    if not back:
+        return None
+    for k in reversed(evals[:-1]):
+        mid = edits(k, evals[-1])
+        if mid and ranges(mid) == ranges(back) and all(_as_at(f, j, k) for j in back):
+            return k
+    return None
+
+
 @register("improper_eval", judge_tools=("eval",))
 def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Eval while a job runs, before any change, with nothing changed since the last eval, or over budget."""
@@ -2405,6 +2553,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     used = 0
     last_eval: int | None = None
     changed = False  # a write since the last eval (or since the start)
+    done: list[int] = []  # the evals that ran
     for i in range(f.n):
         tool = f.tools[i]
         if tool != "eval" or not f.steps[i].action.valid:
@@ -2427,11 +2576,14 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
         elif not changed and last_eval is not None:
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"
+        elif (k := _restores_eval(f, i, done)) is not None:
+            reason = f"evaluates again the version the eval at step {k} scored (the edits since were put back): a wasted eval"
         if reason:
             out.append(_drop(i, "improper_eval", reason))
         if f.oks[i]:
             used += 1
             last_eval = i
+            done.append(i)
             # a job still running then will change the result when it ends; an output that did not exist yet
             # (a job writing it was not seen running) will exist at the next eval
             changed = bool(pend) or bool(missing)

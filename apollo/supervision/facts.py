@@ -217,6 +217,14 @@ def _task_outputs(description: str) -> frozenset[str]:
 
 
 _SHIPPED_SCORE_RE = re.compile(r"(?i)\bscore\s+0\s*=\s*the\s+(?:shipped|provided|given|current|existing|untouched|original|default)\b")
+@lru_cache(maxsize=1024)
+def _eval_trains(description: str) -> frozenset[str]:
+    sec = " ".join((section(description, "Evaluation") or "").split())
+    return frozenset(norm_path(m.group(1)) for sent in re.split(r"(?<=\.)\s", sec)
+                     if re.search(r"(?i)\b(?:re)?trains?\b|\bfine-tunes?\b", sent)
+                     for m in re.finditer(r"\b(?:through|with|using|via|by)\s+`((?:[\w.-]+/)*[\w.-]+\.(?:sh|py))`", sent))
+
+
 _TASK_WRITER_RE = re.compile(r"\b(?:to|in|into)\s+`((?:\./)?outputs/[^`\s]*)`\)?\s+with\s+`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`"
                              r"|\bwith\s+`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`\s+(?:to|into)\s+`((?:\./)?outputs/[^`\s]*)`")
 
@@ -378,9 +386,11 @@ def signature(doc: str) -> Signature | None:
 _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[Uu]sage|USAGE|SYNOPSIS|[Ss]ynopsis)\s*:?|(?:^|\s)\$)\s+"
                               # (round 9) "usage = …" (an ini block), "run": "…" (a JSON object), a column of a listing
                               # ("gen      python scripts/gen.py --in F   async client …", a `make help` line)
-                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*\"?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])f?\"(?=(?:env\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
+                              r"|\b(?:[Uu]sage|[Rr]un|[Cc]md|[Cc]ommand)\s*=\s*[\"']?|[\w.]+=\"(?=(?:\[?[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|\|\s*(?=(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|(?<![\w!])!(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)|(?<=[\w)]):\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\\texttt\{(?=(?:python3?|bash|torchrun|deepspeed)\s)|(?<=[\[(])f?\"(?=(?:env\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|torchrun|deepspeed|accelerate\s+launch)\s)|\"(?:run|usage|cmd|command)\"\s*:\s*\""
                               # (round 23) any JSON key whose string value is a command (package.json `"dev": "python x.py …"`)
                               r"|\"[\w:.-]+\"\s*:\s*\"(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
+                              # (round 26) an Elixir mix alias running a shell command (`"aug.guard": ["cmd python x.py …"]`)
+                              r"|\"cmd\s+(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               # (round 24) an unquoted key of a CUE/YAML struct whose quoted value is one (`cmd: "python x.py …"`)
                               r"|(?<![\w\"])[\w.-]+:\s*\"(?=(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
                               r"|\s{2,}(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?=(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)\s)"
@@ -406,7 +416,7 @@ _SHELL_VAR_RE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}|\$([A-Z_][A-
 _APPENDED_RE = re.compile(r"^[^#\n]*#\s*(?:append|add|then|followed\s+by)\s+([A-Z][A-Z0-9_]*)\b")
 
 
-_OPEN_QUOTE_RE = re.compile(r'=\s*"')
+_OPEN_QUOTE_RE = re.compile(r'=\s*(["\'])')  # (round 26: a Tiltfile's `cmd='bash x.sh …'`, single-quoted)
 
 
 _FSTRING_FIELD_RE = re.compile(r"\{([a-z][a-z0-9_]*)\}([\"')]*)")
@@ -419,8 +429,9 @@ def _marked_usage(doc: str) -> str | None:
     for m in _MARKED_USAGE_RE.finditer(doc):
         toks = []
         rest = doc[m.end():]
-        q = "'" if m.group(0).startswith("alias") else '"' if m.group(0).startswith(('"', "shell:")) or \
-            _OPEN_QUOTE_RE.search(m.group(0)) else None  # (round 23: `cmd  = "python x.py --split dev"`, a Lua/ini value)
+        oq = _OPEN_QUOTE_RE.search(m.group(0))
+        q = "'" if m.group(0).startswith("alias") else '"' if m.group(0).startswith(('"', "shell:")) else \
+            oq.group(1) if oq else None  # (round 23: `cmd  = "python x.py --split dev"`, a Lua/ini value)
         if q:  # a quoted usage ("run": "python x.py --split dev --games 140"): all of it
             end = rest.find(q)
             toks = [t for t in rest[:end if end >= 0 else len(rest)].split() if t not in ("-h", "[-h]")]
@@ -1070,6 +1081,12 @@ class Facts:
         return [], False
 
     @cached_property
+    def eval_trains(self) -> frozenset[str]:
+        """(round 26) Provided scripts the evaluation trains through itself ("The hidden evaluation trains the model
+        with your loss through `scripts/train.sh`"): what the agent's own run of one writes is not evaluated."""
+        return _eval_trains(self.description)
+
+    @cached_property
     def baseline_scored(self) -> bool:
         """(round 25) The task states what the workspace as shipped scores ("Score 0 = the shipped scaffold (solve
         rate 0.12)"): an eval of it untouched measures nothing new."""
@@ -1084,6 +1101,9 @@ class Facts:
         """The job may write what the evaluation reads (unknown outputs or unknown eval inputs: yes)."""
         if job.outputs_known and not job.outputs:
             return False  # (round 15) it writes nothing (a latency probe, a dev check that prints)
+        if self.eval_trains and (runs := self.script_runs(job.step)) and all(r in self.eval_trains for r in runs) \
+                and not any(covers(o, e) for o in job.outputs for e in self.eval_inputs):
+            return False  # (round 26) the evaluation trains through this script itself: the agent's run is a dev run
         if not job.outputs_known or not self.eval_inputs:
             return True
         return any(covers(o, e) for o in job.outputs for e in self.eval_inputs)

@@ -1444,6 +1444,8 @@ def _text_names_script(text: str, script: str) -> bool:
     low = text.lower()
     if re.search(rf"(?<![\w-]){re.escape(stem)}(?![\w-])", low):
         return True
+    if "_" in stem and stem.replace("_", " ") in low:
+        return True  # (round 26) "for the label guard please use --max-shift 0.15": label_guard.py
     # (round 13) "for calibration please use --target-depth 0.58" names calibrate.py: a word of six letters or more
     # that the script's name (or one part of it) shares its first six with
     parts = [p for p in re.split(r"[_\-.]+", stem) if len(p) >= 6]
