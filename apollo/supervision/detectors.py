@@ -1453,64 +1453,64 @@ def _repairs_crash(f: Facts, i: int) -> bool:
         and path in f.obs[shown]
 
 
+def _edit_span(f: Facts, i: int) -> tuple[str, int, int, list[str]] | None:
+    """(path, first line, last line, the new lines) of edit ``i``; None where its arguments do not say."""
+    a = f.args[i]
+    content = a.get("content")
+    try:
+        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(content, str):
+        return None
+    return norm_path(a.get("path")), lo, hi, [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
+
+
+def _shown_lines(f: Facts, j: int) -> dict[int, str]:
+    """The numbered lines of a file that step ``j`` shows (an ``open_file``, an edit's echo) or writes in full (a
+    ``create_file``)."""
+    from apollo.supervision.instructions import _NUMBERED_RE
+
+    if f.tools[j] == "create_file":
+        text = f.args[j].get("content")
+        return dict(enumerate((ln.rstrip() for ln in text.split("\n")), 1)) if isinstance(text, str) else {}
+    return {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[j])}
+
+
+def _lines_before(f: Facts, before: int, path: str, lo: int, hi: int, tools: tuple[str, ...]) -> list[str] | None:
+    """Lines ``lo``–``hi`` of ``path`` as the last step before ``before`` (of ``tools``) that showed all of them had
+    them; None: no step showed them."""
+    for j in range(before - 1, -1, -1):
+        if f.tools[j] in tools and f.oks[j] and norm_path(f.args[j].get("path")) == path:
+            lines = _shown_lines(f, j)
+            if all(k in lines for k in range(lo, hi + 1)):
+                return [lines[k] for k in range(lo, hi + 1)]
+    return None
+
+
 def _undoes_edit(f: Facts, i: int) -> bool:
     """(round 26) Edit ``i`` replaces exactly the lines an earlier edit of the file wrote (same first line, as many
     lines) with the lines that edit replaced, as the agent saw them before it: "reverts the boost"."""
-    from apollo.supervision.instructions import _NUMBERED_RE
-
-    a = f.args[i]
-    path, content = norm_path(a.get("path")), a.get("content")
-    try:
-        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
-    except (TypeError, ValueError):
+    span = _edit_span(f, i)
+    if span is None:
         return False
-    if not isinstance(content, str):
+    path, lo, hi, want = span
+    j = next((j for j in range(i - 1, -1, -1) if f.tools[j] == "edit_file" and f.oks[j]
+              and norm_path(f.args[j].get("path")) == path), None)
+    prev = _edit_span(f, j) if j is not None else None
+    if prev is None or prev[1] != lo or len(prev[3]) != hi - lo + 1:
         return False
-    for j in range(i - 1, -1, -1):
-        if f.tools[j] != "edit_file" or not f.oks[j] or norm_path(f.args[j].get("path")) != path:
-            continue
-        b = f.args[j]
-        wrote = b.get("content")
-        try:
-            jlo, jhi = int(b.get("start_line")), int(b.get("end_line"))
-        except (TypeError, ValueError):
-            return False
-        if jlo != lo or not isinstance(wrote, str) or len(wrote.rstrip("\n").split("\n")) != hi - lo + 1:
-            return False
-        want = [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
-        for k in range(j - 1, -1, -1):
-            if f.tools[k] in ("open_file", "edit_file") and f.oks[k] and norm_path(f.args[k].get("path")) == path:
-                lines = {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[k])}
-                if all(x in lines for x in range(jlo, jhi + 1)):
-                    return [lines[x] for x in range(jlo, jhi + 1)] == want
-        return False
-    return False
+    return _lines_before(f, j, path, prev[1], prev[2], ("open_file", "edit_file")) == want
 
 
 def _as_at(f: Facts, i: int, best_at: int) -> bool:
-    """(round 26) Edit ``i`` writes its lines as the file showed them last before the best eval (an ``open_file`` or an
-    edit's echo, numbered): it restores the version that scored best ("restores the first config")."""
-    from apollo.supervision.instructions import _NUMBERED_RE
-
-    a = f.args[i]
-    path, content = norm_path(a.get("path")), a.get("content")
-    try:
-        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
-    except (TypeError, ValueError):
+    """(round 26) Edit ``i`` writes its lines as the file showed them last before the best eval (an ``open_file``, an
+    edit's echo, the file written in full): it restores the version that scored best ("restores the first config")."""
+    span = _edit_span(f, i)
+    if span is None:
         return False
-    if not isinstance(content, str):
-        return False
-    want = [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
-    for j in range(best_at - 1, -1, -1):
-        if f.tools[j] in ("open_file", "edit_file", "create_file") and f.oks[j] and norm_path(f.args[j].get("path")) == path:
-            if f.tools[j] == "create_file":  # (the file as the agent wrote it in full)
-                text = f.args[j].get("content")
-                lines = dict(enumerate((ln.rstrip() for ln in text.split("\n")), 1)) if isinstance(text, str) else {}
-            else:
-                lines = {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[j])}
-            if all(k in lines for k in range(lo, hi + 1)):
-                return [lines[k] for k in range(lo, hi + 1)] == want
-    return False
+    path, lo, hi, want = span
+    return _lines_before(f, best_at, path, lo, hi, ("open_file", "edit_file", "create_file")) == want
 
 
 def _puts_back(f: Facts, i: int, best_at: int) -> bool:
