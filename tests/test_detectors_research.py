@@ -2238,6 +2238,9 @@ def test_round_26_from_the_twentieth_sets_dev_split():
     assert signature(tilt).positional == ("outputs/train.jsonl", "runs/sft", "2")
     mix = '"aug.guard": ["cmd python scripts/label_guard.py --in work/fixed.jsonl --max-shift 0.2 --out work/guarded.jsonl"],'
     assert ("--max-shift", "0.2") in signature(mix).flags
+    # a layout no marker knows: a launcher and the path anywhere, its arguments up to the prose
+    named = "labelGuard - python scripts/label_guard.py --in work/cand.jsonl --gpus 8 --min-prob 0.5 Keeps a variant when …"
+    assert ("--gpus", "8") in signature(named).flags and ("--min-prob", "0.5") in signature(named).flags
 
     guard = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/label_guard.py": "# teacher toxicity; drops copies\n" + mix}})
     asked = st("list_files", {"path": "."}, guidance=("For the label guard please use --max-shift 0.15, not the runbook's 0.2.",))

@@ -355,6 +355,8 @@ def signature(doc: str) -> Signature | None:
     if m is not None and not (args or "").strip() and (marked := _marked_usage(doc or "")):
         args = marked  # (round 18) a bare path column, then its usage column ("x.py    python x.py --in F [--shard i/n]")
     if args is None:
+        args = _any_usage(doc or "")  # (round 26) a layout no marker above knows: a launcher and the path, anywhere
+    if args is None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
     toks = [t[1:-1] if re.fullmatch(r"\{[A-Z][A-Z0-9_]*\}", t) else t for t in toks]  # (round 16) a Snakefile's `{W}`
@@ -417,6 +419,29 @@ _APPENDED_RE = re.compile(r"^[^#\n]*#\s*(?:append|add|then|followed\s+by)\s+([A-
 
 
 _OPEN_QUOTE_RE = re.compile(r'=\s*(["\'])')  # (round 26: a Tiltfile's `cmd='bash x.sh …'`, single-quoted)
+
+
+_ANY_USAGE_RE = re.compile(r"(?<![\w/.(-])(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
+                           r"(?:\s+-{1,2}[\w-]+(?:[=\s]\d+)?)*\s+(?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)((?:[ \t]+[^\s\"'`\]),;#|]+)*)")
+
+
+def _any_usage(doc: str) -> str | None:
+    """(round 26) The arguments of the longest launcher-and-path run in a script's line where no known layout marks
+    its usage (a quoted list item, a build file's string, a table cell): the tokens up to a quote, bracket, comma,
+    comment or line end, while they read as a usage. Not one in parentheses after the path ("x.py (python x.py
+    --ckpt DIR): …" is the line's aside, as `signature` decided before)."""
+    best = None
+    for m in _ANY_USAGE_RE.finditer(doc):
+        toks = []
+        for t in m.group(1).split():
+            if t in ("-h", "[-h]"):
+                continue
+            if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":"):
+                break
+            toks.append(t)
+        if best is None or len(toks) > len(best):
+            best = toks
+    return " ".join(best) if best is not None else None
 
 
 _FSTRING_FIELD_RE = re.compile(r"\{([a-z][a-z0-9_]*)\}([\"')]*)")
