@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research20``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research21``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -21,14 +21,15 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research10", FIX / "blind_research11", FIX / "blind_research12",
                                         FIX / "blind_research13", FIX / "blind_research14", FIX / "blind_research15",
                                         FIX / "blind_research16", FIX / "blind_research17", FIX / "blind_research18",
-                                        FIX / "blind_research19", FIX / "blind_research20"],
+                                        FIX / "blind_research19", FIX / "blind_research20", FIX / "blind_research21"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
 # meant 11 performance_regression cases; its labeler labeled 4, two of them among the author's 11, and kept the
 # other 9 of the author's
 SHORT = {"blind_research4": {"resource_waste": 7}, "blind_research5": {"performance_regression": 4},
-         "blind_research8": {"performance_regression": 4}}  # (its author meant 14; the labeler kept 9 of them, judgement calls)
+         "blind_research8": {"performance_regression": 4},  # (its author meant 14; the labeler kept 9 of them, judgement calls)
+         "blind_research21": {"resource_waste": 7}}  # (its author meant 12; the labeler labeled 7)
 ISSUE_CATEGORIES = ("ignore_script", "inefficient_inference", "invalid_action", "refused_action",
                     "performance_regression", "blind_edit", "resource_waste", "violate_instruction", "improper_eval")
 OTHER = ("runtime_error", "compile_error", "explicit_failure")
@@ -151,6 +152,8 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 0.93 / 0.92 after round 26
     ("blind_research20", "test", 67, 0.85, 0.85),  # round 26 (tuned on its dev split only): 0.87 / 0.88 at fb13564, measured
                                                    # once (held out: 0.83 / 0.88)
+    ("blind_research21", None, 124, 0.80, 0.85),   # written and labeled after round 26 (and the last-resort usage reading):
+                                                   # 0.83 / 0.87 on all 482 actions at 8e3d492, held out (round 25: 0.81 / 0.87)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
