@@ -2292,3 +2292,15 @@ def test_round_26_from_the_twentieth_sets_dev_split():
                  "Overwrote src/reward.py (40 characters).")
     assert drops(traj(p, rewrite, p, desc=DESC, facts=probe), "resource_waste") == {}
     assert 2 in drops(traj(p, run("ls src"), p, desc=DESC, facts=probe), "resource_waste")  # (nothing changed between)
+
+
+def test_round_27_a_progress_count_is_no_done_line():
+    """Round 27 (blind_research21's dev split): "[rewrite] done 14,794/60,000" in a job's output is progress, not its
+    end: a long sleep after reading it waits on a job under way. A done line still ends it."""
+    job = bg("python scripts/verify_answers.py --input a --output b", "rw")
+
+    def out(text):
+        return st("get_session_output", {"session_id": "rw"}, f"$ python scripts/verify_answers.py --input a --output b\n{text}")
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    assert 2 not in drops(t(job, out("[verify] done 14,794/60,000\n[verify] done 29,589/60,000"), sleep), "resource_waste")
+    assert 2 in drops(t(job, out("[verify] all done: 60,000 rows"), sleep), "resource_waste")  # (it had ended)

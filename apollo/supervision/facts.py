@@ -176,7 +176,9 @@ ECHO_RE = re.compile(r"^\$ .*$", re.MULTILINE)
 STATUS_RE = re.compile(r"^\[(?:finished|killed|still running|session )[^\n]*\]$", re.MULTILINE)  # the tool's own status line
 SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing running", "Stopped '")
 # a line of a job's own output saying it is done (logs, get_session_output, tail of a log file)
-DONE_LINE_RE = Gated.derive(re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b|completed?\b"
+# ((round 27) not a progress count: "[rewrite] done 14,794/60,000" is a job under way)
+DONE_LINE_RE = Gated.derive(re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b(?!:?\s*[\d,]+\s*/\s*[\d,]+)"
+                                      r"|completed?\b(?!:?\s*[\d,]+\s*/\s*[\d,]+)"
                                       r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)"))
 SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
                                    r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
