@@ -153,7 +153,10 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
     ("blind_research20", "test", 67, 0.85, 0.85),  # round 26 (tuned on its dev split only): 0.87 / 0.88 at fb13564, measured
                                                    # once (held out: 0.83 / 0.88)
     ("blind_research21", None, 124, 0.80, 0.85),   # written and labeled after round 26 (and the last-resort usage reading):
-                                                   # 0.83 / 0.87 on all 482 actions at 8e3d492, held out (round 25: 0.81 / 0.87)
+                                                   # 0.83 / 0.87 on all 482 actions at 8e3d492, held out (round 25: 0.81 / 0.87);
+                                                   # 0.84 / 0.87 after round 27
+    ("blind_research21", "test", 62, 0.78, 0.80),  # round 27 (tuned on its dev split only): 0.80 / 0.84 at 0d273e4, measured
+                                                   # once (held out: the same)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
