@@ -52,6 +52,10 @@ directive                    example                                      a late
 ``keep --F v``               "Keep --max_steps at 30 for every run"        runs a command with --F and another value
 ``forbid_write DIR/``        "Don't edit anything under clean/"            writes a file under DIR (putting back
                                                                           the lines its own edit replaced is kept)
+``only_values --F A B``      "Use only entity_swap and impossible_         runs the script whose line lists A and B
+                             condition for now" (round 25)                 among more values of --F with another
+``keep_names NOUN {…}``      "keep the category names exactly as in        writes a list of NOUN names ("Categories:
+                             data/guidelines.md (accuracy, fluency, …)"    a, b, c") with a name outside the kept ones
 ============================ ============================================ ===========================================
 
 ``eval_needs_check S`` (any)  "Run scripts/gen_dev.py … before you spend   calls eval after a change with no run of S
