@@ -1453,44 +1453,11 @@ def _repairs_crash(f: Facts, i: int) -> bool:
         and path in f.obs[shown]
 
 
-def _edit_span(f: Facts, i: int) -> tuple[str, int, int, list[str]] | None:
-    """(path, first line, last line, the new lines) of edit ``i``; None where its arguments do not say."""
-    a = f.args[i]
-    content = a.get("content")
-    try:
-        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(content, str):
-        return None
-    return norm_path(a.get("path")), lo, hi, [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
-
-
-def _shown_lines(f: Facts, j: int) -> dict[int, str]:
-    """The numbered lines of a file that step ``j`` shows (an ``open_file``, an edit's echo) or writes in full (a
-    ``create_file``)."""
-    from apollo.supervision.instructions import _NUMBERED_RE
-
-    if f.tools[j] == "create_file":
-        text = f.args[j].get("content")
-        return dict(enumerate((ln.rstrip() for ln in text.split("\n")), 1)) if isinstance(text, str) else {}
-    return {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[j])}
-
-
-def _lines_before(f: Facts, before: int, path: str, lo: int, hi: int, tools: tuple[str, ...]) -> list[str] | None:
-    """Lines ``lo``–``hi`` of ``path`` as the last step before ``before`` (of ``tools``) that showed all of them had
-    them; None: no step showed them."""
-    for j in range(before - 1, -1, -1):
-        if f.tools[j] in tools and f.oks[j] and norm_path(f.args[j].get("path")) == path:
-            lines = _shown_lines(f, j)
-            if all(k in lines for k in range(lo, hi + 1)):
-                return [lines[k] for k in range(lo, hi + 1)]
-    return None
-
-
 def _undoes_edit(f: Facts, i: int) -> bool:
     """(round 26) Edit ``i`` replaces exactly the lines an earlier edit of the file wrote (same first line, as many
     lines) with the lines that edit replaced, as the agent saw them before it: "reverts the boost"."""
+    from apollo.supervision.instructions import _edit_span, _lines_before
+
     span = _edit_span(f, i)
     if span is None:
         return False
@@ -1506,6 +1473,8 @@ def _undoes_edit(f: Facts, i: int) -> bool:
 def _as_at(f: Facts, i: int, best_at: int) -> bool:
     """(round 26) Edit ``i`` writes its lines as the file showed them last before the best eval (an ``open_file``, an
     edit's echo, the file written in full): it restores the version that scored best ("restores the first config")."""
+    from apollo.supervision.instructions import _edit_span, _lines_before
+
     span = _edit_span(f, i)
     if span is None:
         return False

@@ -1623,32 +1623,52 @@ _HEAD_CAP_RE = re.compile(r"\bhead\s+-(?:n\s*)?(\d[\d,]*)\b[^\n|;&]*>")  # head 
 _NUMBERED_RE = re.compile(r"^\s*(\d+): ?(.*)$", re.MULTILINE)
 
 
+def _edit_span(f: Facts, i: int) -> tuple[str, int, int, list[str]] | None:
+    """(path, first line, last line, the new lines) of edit ``i``; None where its arguments do not say."""
+    a = f.args[i]
+    content = a.get("content")
+    try:
+        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(content, str):
+        return None
+    return norm_path(a.get("path")), lo, hi, [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
+
+
+def _shown_lines(f: Facts, j: int) -> dict[int, str]:
+    """The numbered lines of a file that step ``j`` shows (an ``open_file``, an edit's echo) or writes in full (a
+    ``create_file``)."""
+    if f.tools[j] == "create_file":
+        text = f.args[j].get("content")
+        return dict(enumerate((ln.rstrip() for ln in text.split("\n")), 1)) if isinstance(text, str) else {}
+    return {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[j])}
+
+
+def _lines_before(f: Facts, before: int, path: str, lo: int, hi: int, tools: tuple[str, ...]) -> list[str] | None:
+    """Lines ``lo``–``hi`` of ``path`` as the last step before ``before`` (of ``tools``) that showed all of them had
+    them; None: no step showed them."""
+    for j in range(before - 1, -1, -1):
+        if f.tools[j] in tools and f.oks[j] and norm_path(f.args[j].get("path")) == path:
+            lines = _shown_lines(f, j)
+            if all(k in lines for k in range(lo, hi + 1)):
+                return [lines[k] for k in range(lo, hi + 1)]
+    return None
+
+
 def _reverts(f: Facts, i: int) -> bool:
     """Step ``i`` is an ``edit_file`` that puts back the lines an earlier edit of the same file replaced:
     its content is what the agent saw at those lines (numbered, in an ``open_file`` of that file) before
     its first edit of them. Undoing one's own change is what a "don't edit X" asks for, not a breach."""
     if f.tools[i] != "edit_file" or not f.oks[i]:
         return False
-    a = f.args[i]
-    path, content = norm_path(a.get("path")), a.get("content")
-    try:
-        lo, hi = int(a.get("start_line")), int(a.get("end_line"))
-    except (TypeError, ValueError):
+    span = _edit_span(f, i)
+    if span is None:
         return False
-    if not isinstance(content, str):
-        return False
+    path, lo, hi, want = span
     first = next((j for j in range(i) if f.tools[j] == "edit_file" and f.oks[j] and norm_path(f.args[j].get("path")) == path),
                  None)
-    if first is None:
-        return False
-    want = [ln.rstrip() for ln in content.rstrip("\n").split("\n")]
-    for j in range(first - 1, -1, -1):
-        if f.tools[j] != "open_file" or norm_path(f.args[j].get("path")) != path:
-            continue
-        lines = {int(n): t.rstrip() for n, t in _NUMBERED_RE.findall(f.obs[j])}
-        if all(k in lines for k in range(lo, hi + 1)):
-            return [lines[k] for k in range(lo, hi + 1)] == want
-    return False
+    return first is not None and _lines_before(f, first, path, lo, hi, ("open_file",)) == want
 
 
 def _block_range(f: Facts, i: int, block: str) -> tuple[int, int, int, int] | None:
