@@ -241,3 +241,16 @@ def test_provided_scripts_take_the_comment_and_indented_lines_under_a_usage_line
     assert "see scripts/common.py" in got["scripts/train.sh"]
     assert got["scripts/score.py"].endswith("and F1, on the CPU")  # the indented continuation of a bullet
     assert "log to" not in " ".join(got.values()) and "blank line" not in " ".join(got.values())
+
+
+def test_a_named_help_paragraph_documents_the_command_paragraph_of_the_same_name():
+    # an Apptainer file: each app's %apphelp stands above its %apprun, a blank line apart (set 21's task_274)
+    desc = ("# Task\nDo it.\n\n## Scripts\n```singularity\nBootstrap: docker\nFrom: pytorch\n\n"
+            "%apphelp train\n    torchrun over all eight GPUs.\n\n%apprun train\n    bash scripts/train.sh CFG OUT\n\n"
+            "%apphelp stats\n    CPU only.\n\n%apprun smoke\n    python scripts/smoke.py\n\n"
+            "%apprun stats\n    python scripts/stats.py\n```\n")
+    got = provided_scripts(desc)
+    assert got["scripts/train.sh"] == "bash scripts/train.sh CFG OUT # torchrun over all eight GPUs."
+    assert got["scripts/stats.py"].endswith("# CPU only.")  # found by its name, not by being the paragraph above
+    assert got["scripts/smoke.py"] == "python scripts/smoke.py"  # no help of its name: the one above is stats'
+    assert "Bootstrap" not in " ".join(got.values())

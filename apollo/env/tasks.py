@@ -220,10 +220,21 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     preface: list[str] = []  # in a fence, "# comment" lines that name no script, above a recipe ("serve:") that runs one
     above: int | bool = False  # (round 19) in this fence, the comment above a command says what it does (a crontab's
     # entries): the indent of the first such command
+    # (stop 59) in a fence, a paragraph headed "<kind> <name>" that names no script documents the paragraph headed
+    # "<other kind> <name>" whose command does (an Apptainer file's "%apphelp train" above "%apprun train")
+    para: list[str] = []  # this fence's current paragraph: its lines so far
+    para_named, helps = False, {}  # a script named in it; the name → text of each header paragraph that named none
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
+        if fence and not line.strip() or line.lstrip().startswith(("```", "~~~")):
+            if para and not para_named and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and len(para) > 1:
+                helps[h.group(2)] = (h.group(1), " ".join(x.strip() for x in para[1:]))
+            para, para_named = [], False
         if line.lstrip().startswith(("```", "~~~")):
             fence, comment_indent, preface, above, recipe = not fence, -1, [], False, False
+            helps = {}
             continue
+        if fence and line.strip():
+            para.append(line)
         if fence and (bat := _BAT_COMMENT_RE.match(line)):  # (round 23) a batch file's `REM …` / `:: …`: a comment
             line = bat.group(1) + "# " + line[bat.end():]
         if fence and "@" in line and (pm := _PROMPT_RE.match(line)):
@@ -277,6 +288,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             continue
         if m:  # the script a usage line documents (later mentions on the line are references)
             last = os.path.normpath(m.group(1))
+            if fence and not para_named and len(para) > 1 and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and (
+                    h.group(2) in helps and helps[h.group(2)][0] != h.group(1)):
+                above_doc = helps.pop(h.group(2))[1]
+            para_named = True
             item = bool(_ITEM_RE.match(line))
             comment_indent = indent if comment else -1
             if preface and not comment:  # (a justfile/Makefile recipe: the comment above it is the script's doc)
@@ -315,6 +330,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
+_SECTION_HEAD_RE = re.compile(r"([%@]?[A-Za-z][\w-]*)\s+([A-Za-z][\w.-]*)")  # "%apphelp train": a kind and a name
 _RECIPE_RE = re.compile(r"^[\w.-]+(?:\s+[\w.=-]+)*\s*:(?!=)")  # a justfile/Makefile recipe header ("train data out:")
 _CSV_ROW_RE = re.compile(r"\s*(?:[\w.-]+/)*[\w.-]+\.(?:py|sh),")
 _HTML_TAG_RE = re.compile(r"</?(?:tr|td|th|code|b|i|em|strong|br|span|table|thead|tbody|p|kbd|tt)\b[^>]*>", re.IGNORECASE)
