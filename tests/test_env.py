@@ -254,3 +254,15 @@ def test_a_named_help_paragraph_documents_the_command_paragraph_of_the_same_name
     assert got["scripts/stats.py"].endswith("# CPU only.")  # found by its name, not by being the paragraph above
     assert got["scripts/smoke.py"] == "python scripts/smoke.py"  # no help of its name: the one above is stats'
     assert "Bootstrap" not in " ".join(got.values())
+
+
+def test_a_records_fields_before_its_command_are_its_own():
+    # a Dhall list of job records (set 21's task_271): "{ name = …, host = …" opens the record whose cmd follows
+    desc = ('# Task\nDo it.\n\n## Scripts\n```dhall\nlet jobs =\n    [ { name = "sample", host = "cpu"\n'
+            '      , cmd = "python scripts/gen.py --workers 48"\n      , about = "samples puzzles"\n      }\n'
+            '    , { name = "serve", host = "gpu"\n      , cmd = "bash scripts/serve.sh"\n      , about = "four replicas"\n'
+            '      }\n    ]\n```\n')
+    got = provided_scripts(desc)
+    assert 'host = "cpu"' in got["scripts/gen.py"] and "gpu" not in got["scripts/gen.py"]
+    assert got["scripts/serve.sh"].startswith('{ name = "serve", host = "gpu"') or 'host = "gpu"' in got["scripts/serve.sh"]
+    assert "samples puzzles" in got["scripts/gen.py"] and "four replicas" in got["scripts/serve.sh"]

@@ -303,6 +303,11 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
                     out[last] = (out.get(last, "") + " " + " ".join(preface)).strip()
                 above = raw_indent if fence else False  # (and so is the next comment of this fence, no deeper than it)
             preface, recipe = [], False
+        elif fence and _RECORD_OPEN_RE.match(text) and "}" not in text:
+            # (stop 59) a record opens ("[ { name = "serve", host = "gpu""): its fields before the command are its own,
+            # not the script's above (a Dhall list of job records)
+            last, preface, recipe = None, [text], True
+            continue
         elif fence and not last and text.startswith("#") and not text.startswith("#!"):
             preface.append(text.lstrip("#").strip())
             continue
@@ -330,6 +335,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
+_RECORD_OPEN_RE = re.compile(r"[=:,\[\s]*\{\s*\"?\w+\"?\s*[=:]")  # a record's first line: "{ name = …" after "[", "," or "="
 _SECTION_HEAD_RE = re.compile(r"([%@]?[A-Za-z][\w-]*)\s+([A-Za-z][\w.-]*)")  # "%apphelp train": a kind and a name
 _RECIPE_RE = re.compile(r"^[\w.-]+(?:\s+[\w.=-]+)*\s*:(?!=)")  # a justfile/Makefile recipe header ("train data out:")
 _CSV_ROW_RE = re.compile(r"\s*(?:[\w.-]+/)*[\w.-]+\.(?:py|sh),")
