@@ -2304,3 +2304,13 @@ def test_round_27_a_progress_count_is_no_done_line():
     sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
     assert 2 not in drops(t(job, out("[verify] done 14,794/60,000\n[verify] done 29,589/60,000"), sleep), "resource_waste")
     assert 2 in drops(t(job, out("[verify] all done: 60,000 rows"), sleep), "resource_waste")  # (it had ended)
+
+
+def test_round_28_no_need_to_run_a_script_is_no_order_to_run_it():
+    """Round 28 (blind_research21's dev split): "you don't need to run scripts/train_sft.sh for the eval" names a
+    script the agent may skip; it is no directive to use it. An order to run it still is one."""
+    for text in ("note: you don't need to run scripts/train_sft.sh for the eval; the evaluator trains itself.",
+                 "There's no need to run scripts/train_sft.sh again.", "You needn't use scripts/train_sft.sh here."):
+        assert not [d for d in extract(text) if d.kind == "use_script"], text
+    assert [d.target for d in extract("Train with scripts/train_sft.sh, please.") if d.kind == "use_script"] == [
+        "scripts/train_sft.sh"]

@@ -266,3 +266,13 @@ def test_a_records_fields_before_its_command_are_its_own():
     assert 'host = "cpu"' in got["scripts/gen.py"] and "gpu" not in got["scripts/gen.py"]
     assert got["scripts/serve.sh"].startswith('{ name = "serve", host = "gpu"') or 'host = "gpu"' in got["scripts/serve.sh"]
     assert "samples puzzles" in got["scripts/gen.py"] and "four replicas" in got["scripts/serve.sh"]
+
+
+def test_a_declaration_right_above_the_line_that_defines_its_name_documents_the_script():
+    # an sbt build (set 21's task_275): `lazy val grpo = taskKey[Unit]("…")` above `grpo := { "bash …".! }`
+    desc = ('# Task\nDo it.\n\n## Scripts\n```scala\n// build.sbt\n\n'
+            'lazy val grpo = taskKey[Unit]("verl GRPO on all eight GPUs")\ngrpo := { "bash scripts/train_grpo.sh R OUT".! }\n\n'
+            'lazy val probe = taskKey[Unit]("CPU seconds")\nsmoke := { "python scripts/smoke.py".! }\n```\n')
+    got = provided_scripts(desc)
+    assert got["scripts/train_grpo.sh"].endswith('# lazy val grpo = taskKey[Unit]("verl GRPO on all eight GPUs")')
+    assert "CPU seconds" not in got["scripts/smoke.py"]  # declares another name: no description of smoke

@@ -224,7 +224,9 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     # "<other kind> <name>" whose command does (an Apptainer file's "%apphelp train" above "%apprun train")
     para: list[str] = []  # this fence's current paragraph: its lines so far
     para_named, helps = False, {}  # a script named in it; the name → text of each header paragraph that named none
+    orphan: str | None = None  # in a fence, the line just read if it documented no script
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
+        orphan, was_orphan = None, orphan
         if fence and not line.strip() or line.lstrip().startswith(("```", "~~~")):
             if para and not para_named and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and len(para) > 1:
                 helps[h.group(2)] = (h.group(1), " ".join(x.strip() for x in para[1:]))
@@ -288,6 +290,11 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             continue
         if m:  # the script a usage line documents (later mentions on the line are references)
             last = os.path.normpath(m.group(1))
+            if was_orphan and not comment and not preface and (key := _DEFINES_RE.match(text)) and re.search(
+                    rf"(?<![\w-]){re.escape(key.group(1))}(?![\w-])", was_orphan):
+                # (stop 59) in a fence, the line right above that declares the name this line defines documents its
+                # script (an sbt build's `lazy val grpo = taskKey[Unit]("…")` above `grpo := { "bash scripts/…".! }`)
+                above_doc = was_orphan
             if fence and not para_named and len(para) > 1 and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and (
                     h.group(2) in helps and helps[h.group(2)][0] != h.group(1)):
                 above_doc = helps.pop(h.group(2))[1]
@@ -317,6 +324,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             continue
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)
+            orphan = text if fence and not text.startswith(("#", "//", "--")) else None
             continue
         elif item and not (text.startswith("#") or line[:1].isspace()):
             continue  # a list item continues on indented lines only ("All scripts log to outputs/." is the list's)
@@ -336,6 +344,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
 
 
 _RECORD_OPEN_RE = re.compile(r"[=:,\[\s]*\{\s*\"?\w+\"?\s*[=:]")  # a record's first line: "{ name = …" after "[", "," or "="
+_DEFINES_RE = re.compile(r"([A-Za-z_][\w-]*)\s*(?::=|=|:)\s*\S")  # "grpo := { … }": the name a line defines
 _SECTION_HEAD_RE = re.compile(r"([%@]?[A-Za-z][\w-]*)\s+([A-Za-z][\w.-]*)")  # "%apphelp train": a kind and a name
 _RECIPE_RE = re.compile(r"^[\w.-]+(?:\s+[\w.=-]+)*\s*:(?!=)")  # a justfile/Makefile recipe header ("train data out:")
 _CSV_ROW_RE = re.compile(r"\s*(?:[\w.-]+/)*[\w.-]+\.(?:py|sh),")

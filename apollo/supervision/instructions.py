@@ -111,6 +111,8 @@ from apollo.supervision.facts import (CP_RE, SED_I_RE, TOKEN_SPLIT_RE, Facts, co
 
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
+# (round 28) "you don't need to run S", "no need to use S", "S is optional": no order to use S
+_NO_NEED = r"(?:(?:do|does)(?:\s+not|n'?t)\s+(?:need|have)\s+to|needn'?t|no\s+need\s+(?:for\s+you\s+)?to|not\s+necessary\s+to)"
 _SENT_SPLIT = re.compile(r"(?<=[.;!?])\s+(?=[A-Z\"'(])|\n+")
 # the verbs of a "do not change it" directive, one list for every form (a path, a folder, a pronoun, a noun)
 _EDIT_VERB = r"(?:chang|edit|modif|touch|overwrit|rewrit|alter|tweak|mess\s+with|writ|delet|remov|replac)\w*"
@@ -742,7 +744,7 @@ def _extract(text: str) -> tuple[Directive, ...]:
                      "next" if re.search(r"(?i)\b(?:another|next)\s+eval", pre_eval.group(0))
                      or re.search(r"(?i)\bnext\s+time\b", sent) else "any")  # ("next time check S before calling eval")
             out.append(d("eval_needs_check", norm_path(scripts[0]), {"scope": scope}))
-        elif script and not re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(script)}", sent) \
+        elif script and not re.search(rf"(?i)(?:{_NEG}|{_NO_NEED})\s+(?:\w+\s+){{0,2}}{re.escape(script)}", sent) \
                 and not any(x == script.lower() for x, _ in orders) and not HOW_TO_RUN_RE.search(sent):
             # each script the sentence tells to use, with the flags written after it (up to the next script):
             # "Use write_rationales.py, and run check_rationale.py with --strict" (--strict is the checker's)
