@@ -2314,3 +2314,31 @@ def test_round_28_no_need_to_run_a_script_is_no_order_to_run_it():
         assert not [d for d in extract(text) if d.kind == "use_script"], text
     assert [d.target for d in extract("Train with scripts/train_sft.sh, please.") if d.kind == "use_script"] == [
         "scripts/train_sft.sh"]
+
+
+def test_round_28_shards_named_with_of_a_loops_shards_a_singular_ngpu_and_for_this_run():
+    """Round 28 (blind_research21's dev split): ``--shard 0 --of 4`` on one GPU is one shard of four (the split takes
+    four GPUs); a loop starting shards 2 and 3 beside shard 0 starts other shards, not a second copy; ``--ngpu 8``
+    counts eight GPUs; "no higher than 0.6 for this run" holds for the run under way, a pilot of it included."""
+    facts = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4), Machine(kind="localhost_cpu", cpus=64)],
+                                     "scripts": {**SCRIPTS, "scripts/shard.py": "- `scripts/shard.py --shard I --of N`: DeBERTa "
+                                                 "scores of one part of the pairs (GPU)"}})
+
+    def tt(*steps):
+        return traj(*steps, desc=DESC, facts=facts)
+    one = bg("CUDA_VISIBLE_DEVICES=0 python scripts/shard.py --shard 0 --of 4", "c0")
+    assert 0 not in drops(tt(one), "resource_waste")
+    assert 0 in drops(tt(bg("CUDA_VISIBLE_DEVICES=0 python scripts/shard.py --shard 0 --of 2", "c0")), "resource_waste")
+    rest = bg("for s in 2 3; do CUDA_VISIBLE_DEVICES=$s python scripts/shard.py --shard $s --of 4 & done; wait", "c23")
+    again = bg("for s in 0 1; do CUDA_VISIBLE_DEVICES=$s python scripts/shard.py --shard $s --of 4 & done; wait", "c01")
+    assert 1 not in drops(tt(one, rest), "resource_waste")  # (other shards)
+    assert 1 in drops(tt(one, again), "resource_waste")  # (shard 0 again, while it runs)
+
+    ruler = bg("python scripts/bench.py --model runs/x --ngpu 8", "ruler")
+    short = run("CUDA_VISIBLE_DEVICES=0 python scripts/bench.py --model runs/x --ngpu 1")
+    assert 1 not in drops(t(ruler, short), "resource_waste")  # (the first holds all eight)
+
+    asked = st("list_files", {"path": "."}, guidance=("Rewriter temperature no higher than 0.6 for this run pls.",))
+    pilot = bg("python scripts/rewrite.py --input a --output b --model m --temperature 0.6", "p")
+    full = bg("python scripts/rewrite.py --input c --output d --model m --temperature 0.7", "w")
+    assert 2 in drops(t(asked, pilot, full), "violate_instruction")

@@ -1622,7 +1622,7 @@ def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Fin
     return out
 
 
-_GPU_ARG_RE = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus|n[_-]gpus|gpus|ngpus|"
+_GPU_ARG_RE = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus|n[_-]gpus|gpus|ngpus?|"
                          r"tensor[_-]parallel[_-]size|tp|devices|world[_-]size|data[_-]parallel(?:[_-]size)?|dp|"
                          r"(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
 # what a provided script's line says it spreads over by itself ("starts its own vLLM server at tensor parallel 4",
@@ -2022,9 +2022,20 @@ def _other_inputs(f: Facts, i: int, j: int) -> bool:
     def ins(k: int) -> dict[str, str]:
         return {fl: v for fl, v in _FLAG_PAIR_RE.findall(f.command(k)) if _INPUT_FLAG_RE.match(fl)}
     a, b = ins(i), ins(j)
-    (si, _), (sj, _) = shard_of(f.command(i)), shard_of(f.command(j))
+    si, sj = _shard_indices(f.command(i)), _shard_indices(f.command(j))
     # (round 23) another shard of one split job (`--shard 1 --num-shards 2` beside `--shard 0`): its own part of the input
-    return any(fl in b and b[fl] != v for fl, v in a.items()) or (si is not None and sj is not None and si != sj)
+    return any(fl in b and b[fl] != v for fl, v in a.items()) or bool(si and sj and not si & sj)
+
+
+def _shard_indices(cmd: str) -> set[int] | None:
+    """The shard indices a command runs: ``--shard 1`` → {1}; (round 28) a loop's ``for s in 2 3; do … --shard $s`` →
+    {2, 3}; ``None`` where it names none it states."""
+    idx, _ = shard_of(cmd)
+    if idx is not None:
+        return {idx}
+    if (v := _SHARD_VAR_RE.search(cmd)) and (loop := re.search(rf"\bfor\s+{v.group(1)}\s+in\s+((?:\d+\s+)*\d+)\s*;", cmd)):
+        return {int(x) for x in loop.group(1).split()}
+    return None
 
 
 _INPUT_FLAG_RE = re.compile(r"--(?:ckpt|checkpoint|model|model[_-](?:path|dir|name)|in|input|data|dataset|config)$")
@@ -2092,12 +2103,14 @@ _SHARD_COUNT = r"(?:shards|num[_-]shards|n[_-]shards|num[_-]parts)"  # a split's
 _SHARD_COUNT_FLAG_RE = re.compile(rf"--(?:{_SHARD_COUNT}|world[_-]size)$")
 _SHARD_OF_RE = re.compile(r"--(?:shard|part)(?:[_-](?:id|index|idx))?[= ](\d+)(?:/(\d+))?(?![\w/])")
 _SHARD_N_RE = re.compile(rf"--{_SHARD_COUNT}[= ](\d+)(?!\w)")
+_SHARD_OF_N_RE = re.compile(r"--(?:shard|part)(?:[_-](?:id|index|idx))?[= ]\S+\s+--of[= ](\d+)(?!\w)")  # (round 28) "--shard 0 --of 4"
+_SHARD_VAR_RE = re.compile(r"--(?:shard|part)(?:[_-](?:id|index|idx))?[= ]\$\{?(\w+)")
 
 
 def shard_of(cmd: str) -> tuple[int | None, int | None]:
     """(round 23) (shard index, shard count) a command passes (``--shard 0 --num-shards 2``, ``--shard 1/4``)."""
     m = _SHARD_OF_RE.search(cmd)
-    n = _SHARD_N_RE.search(cmd)
+    n = _SHARD_N_RE.search(cmd) or _SHARD_OF_N_RE.search(cmd)
     count = int(m.group(2)) if m and m.group(2) else int(n.group(1)) if n else None
     return (int(m.group(1)) if m else None), count
 

@@ -399,8 +399,9 @@ COUNT_MAX_RE = re.compile(rf"(?i)\b{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\s+(m
                           rf"|\bmax(?:imum)?\s+(?:of\s+)?{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b"
                           # "cap the data at 120k solutions", "limit it to 40,000 examples"
                           rf"|\b(?:cap|limit)\w*\s+(?:[\w-]+\s+){{0,3}}?(?:at|to)\s+{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b")
-# "use alpha=0.3 for the first run", "for this run": a value for one run, not for the rest of the task
-FIRST_RUN_RE = re.compile(r"(?i)\bfor\s+(?:the\s+first|this|the\s+next|your\s+first)\s+(?:run|attempt|try|training(?:\s+run)?)\b")
+# "use alpha=0.3 for the first run": a value for one run, not for the rest of the task (round 28: "for this run" is
+# the run under way as a whole, a pilot of it included, not only the next launch)
+FIRST_RUN_RE = re.compile(r"(?i)\bfor\s+(?:the\s+first|the\s+next|your\s+first)\s+(?:run|attempt|try|training(?:\s+run)?)\b")
 # "Keep the anchor weight at or below 0.05": a bound on the keys the words name
 KEEP_WORDS_BOUND_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}?)\s+(at\s+or\s+(?:below|under|above)|at\s+most|"
                                  rf"at\s+least|below|under|above|no\s+(?:higher|more|lower|less)\s+than)\s+{_NUM}(?!\s*(?:%|{_UNITS}))")
