@@ -2342,3 +2342,17 @@ def test_round_28_shards_named_with_of_a_loops_shards_a_singular_ngpu_and_for_th
     pilot = bg("python scripts/rewrite.py --input a --output b --model m --temperature 0.6", "p")
     full = bg("python scripts/rewrite.py --input c --output d --model m --temperature 0.7", "w")
     assert 2 in drops(t(asked, pilot, full), "violate_instruction")
+
+
+def test_round_28_a_tally_of_a_reporting_scripts_log_where_its_line_names_no_hardware():
+    """Round 28 (blind_research21's dev split): the round-26 tally rule read only lines that say CPU; "tokens per
+    question from the call log" names no hardware and no GPU work: a one-liner's tally of that log is the script's
+    report all the same. A line that says the script runs on the GPUs still keeps such a tally the agent's own."""
+    def facts(doc):
+        return FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/token_audit.py": doc}})
+    tally = run("python -c \"import json,collections; c=collections.Counter()\nfor r in map(json.loads, "
+                "open('outputs/calls.jsonl')): c[r['id']]+=r['tokens']\nprint(len(c), sum(c.values())/len(c))\"")
+    plain = "tokens per question from the call log: mean, p95, max; args scripts/token_audit.py --log outputs/calls.jsonl"
+    assert "scripts/token_audit.py" in drops(traj(tally, desc=DESC, facts=facts(plain)), "ignore_script")[0]
+    gpu = plain.replace("tokens per question", "re-scores each logged call with the reward model on 8 GPUs; tokens per question")
+    assert drops(traj(tally, desc=DESC, facts=facts(gpu)), "ignore_script") == {}

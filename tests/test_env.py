@@ -276,3 +276,15 @@ def test_a_declaration_right_above_the_line_that_defines_its_name_documents_the_
     got = provided_scripts(desc)
     assert got["scripts/train_grpo.sh"].endswith('# lazy val grpo = taskKey[Unit]("verl GRPO on all eight GPUs")')
     assert "CPU seconds" not in got["scripts/smoke.py"]  # declares another name: no description of smoke
+
+
+def test_a_slash_comment_above_a_kdl_pane_documents_the_script_of_that_pane():
+    # a zellij KDL layout (set 21's task_276): `// what the step does` above `pane …{ args "scripts/x.py" … }`
+    desc = ('# Task\nDo it.\n\n## Scripts\n```kdl\nlayout {\n    tab name="dev" {\n'
+            '        // accuracy of an answers file, per question kind\n        pane command="python" name="score" {\n'
+            '            args "scripts/score_dev.py" "--answers" "outputs/dev_answers.jsonl"\n        }\n'
+            '        // tokens per question from the call log\n        pane command="python" name="audit" {\n'
+            '            args "scripts/token_audit.py" "--log" "outputs/calls.jsonl"\n        }\n    }\n}\n```\n')
+    got = provided_scripts(desc)
+    assert got["scripts/score_dev.py"].startswith("accuracy of an answers file") and "tokens" not in got["scripts/score_dev.py"]
+    assert got["scripts/token_audit.py"].startswith("tokens per question from the call log")

@@ -239,6 +239,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             para.append(line)
         if fence and (bat := _BAT_COMMENT_RE.match(line)):  # (round 23) a batch file's `REM …` / `:: …`: a comment
             line = bat.group(1) + "# " + line[bat.end():]
+        elif fence and line.lstrip().startswith("// "):  # (stop 59) a `// comment` (KDL, Scala, Groovy, C): a comment
+            line = line[:len(line) - len(line.lstrip())] + "# " + line.lstrip()[3:]
         if fence and "@" in line and (pm := _PROMPT_RE.match(line)):
             line = "$ " + line[pm.end():]
             if line[2:].lstrip().startswith("#") and not _SCRIPT_PATH_RE.search(line):
