@@ -210,6 +210,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     text under a heading (whose ``----`` underline is skipped); a list item continues on indented lines
     only, and a new item or table row that names no script ends it. In a terminal log, a prompt line that
     holds only a comment (``user@host:~$ # 1. empathy: --batch-size (default 256)``) describes the next command.
+    In a code block (round 28): ``// comments`` are comments; a paragraph headed ``<kind> <name>`` documents the one
+    headed ``<other kind> <name>`` (``%apphelp train`` / ``%apprun train``); a record's fields before its command are
+    its own (``{ name = "serve", host = "gpu", cmd = "…" }``); a line declaring a name documents the line right
+    below it that defines that name (``lazy val grpo = taskKey[Unit]("…")`` / ``grpo := { "bash …".! }``).
     """
     out: dict[str, str] = {}
     last: str | None = None
@@ -220,7 +224,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     preface: list[str] = []  # in a fence, "# comment" lines that name no script, above a recipe ("serve:") that runs one
     above: int | bool = False  # (round 19) in this fence, the comment above a command says what it does (a crontab's
     # entries): the indent of the first such command
-    # (stop 59) in a fence, a paragraph headed "<kind> <name>" that names no script documents the paragraph headed
+    # (round 28) in a fence, a paragraph headed "<kind> <name>" that names no script documents the paragraph headed
     # "<other kind> <name>" whose command does (an Apptainer file's "%apphelp train" above "%apprun train")
     para: list[str] = []  # this fence's current paragraph: its lines so far
     para_named, helps = False, {}  # a script named in it; the name → text of each header paragraph that named none
@@ -239,7 +243,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             para.append(line)
         if fence and (bat := _BAT_COMMENT_RE.match(line)):  # (round 23) a batch file's `REM …` / `:: …`: a comment
             line = bat.group(1) + "# " + line[bat.end():]
-        elif fence and line.lstrip().startswith("// "):  # (stop 59) a `// comment` (KDL, Scala, Groovy, C): a comment
+        elif fence and line.lstrip().startswith("// "):  # (round 28) a `// comment` (KDL, Scala, Groovy, C): a comment
             line = line[:len(line) - len(line.lstrip())] + "# " + line.lstrip()[3:]
         if fence and "@" in line and (pm := _PROMPT_RE.match(line)):
             line = "$ " + line[pm.end():]
@@ -294,7 +298,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             last = os.path.normpath(m.group(1))
             if was_orphan and not comment and not preface and (key := _DEFINES_RE.match(text)) and re.search(
                     rf"(?<![\w-]){re.escape(key.group(1))}(?![\w-])", was_orphan):
-                # (stop 59) in a fence, the line right above that declares the name this line defines documents its
+                # (round 28) in a fence, the line right above that declares the name this line defines documents its
                 # script (an sbt build's `lazy val grpo = taskKey[Unit]("…")` above `grpo := { "bash scripts/…".! }`)
                 above_doc = was_orphan
             if fence and not para_named and len(para) > 1 and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and (
@@ -313,7 +317,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
                 above = raw_indent if fence else False  # (and so is the next comment of this fence, no deeper than it)
             preface, recipe = [], False
         elif fence and _RECORD_OPEN_RE.match(text) and "}" not in text:
-            # (stop 59) a record opens ("[ { name = "serve", host = "gpu""): its fields before the command are its own,
+            # (round 28) a record opens ("[ { name = "serve", host = "gpu""): its fields before the command are its own,
             # not the script's above (a Dhall list of job records)
             last, preface, recipe = None, [text], True
             continue

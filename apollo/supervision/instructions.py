@@ -111,7 +111,7 @@ from apollo.supervision.facts import (CP_RE, SED_I_RE, TOKEN_SPLIT_RE, Facts, co
 
 _PATH = r"((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*|(?:[\w.-]+/)+[\w.-]+)"
 _NEG = r"(?:do\s+not|don'?t|never|stop|avoid|no\s+longer)"
-# (round 28) "you don't need to run S", "no need to use S", "S is optional": no order to use S
+# (round 28) "you don't need to run S", "no need to use S", "it is not necessary to run S": no order to use S
 _NO_NEED = r"(?:(?:do|does)(?:\s+not|n'?t)\s+(?:need|have)\s+to|needn'?t|no\s+need\s+(?:for\s+you\s+)?to|not\s+necessary\s+to)"
 _SENT_SPLIT = re.compile(r"(?<=[.;!?])\s+(?=[A-Z\"'(])|\n+")
 # the verbs of a "do not change it" directive, one list for every form (a path, a folder, a pronoun, a noun)
