@@ -2356,3 +2356,25 @@ def test_round_28_a_tally_of_a_reporting_scripts_log_where_its_line_names_no_har
     assert "scripts/token_audit.py" in drops(traj(tally, desc=DESC, facts=facts(plain)), "ignore_script")[0]
     gpu = plain.replace("tokens per question", "re-scores each logged call with the reward model on 8 GPUs; tokens per question")
     assert drops(traj(tally, desc=DESC, facts=facts(gpu)), "ignore_script") == {}
+
+
+def test_round_29_a_client_with_a_port_and_an_output_is_a_job_not_a_server():
+    """Round 29 (blind_research22's dev split): ``write_solutions.py --in … --out … --port 8700`` talks to the server
+    on port 8700 and writes a file: a job to wait for, so a long sleep after it waits on it. A command with ``--port``
+    and no file it writes is still a server, and a sleep beside only servers still waits on nothing."""
+    from apollo.supervision.facts import Facts
+
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/write_solutions.py": (
+        "python scripts/write_solutions.py --in F --out F --port 8700: sends each question to the served writer (CPU "
+        "client; ~80 min for 30k)")}})
+
+    def tt(*steps):
+        return traj(*steps, desc=DESC, facts=facts)
+    serve = bg("bash scripts/serve.sh models/m 8700", "serve")
+    client = bg("python scripts/write_solutions.py --in a.jsonl --out outputs/b.jsonl --port 8700", "write")
+    sleep = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    assert drops(tt(serve, client, sleep), "resource_waste") == {}
+    assert not Facts(tt(serve, client, sleep)).is_server(1)
+    own = bg("python tools/api.py --host 0.0.0.0 --port 9000", "api")
+    assert Facts(tt(own)).is_server(0)
+    assert 1 in drops(tt(own, sleep), "resource_waste")

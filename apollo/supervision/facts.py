@@ -185,6 +185,8 @@ SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\
                                    # a script named as a server (round 22: serve_llm.sh; search_server.py, launch_server.py)
                                    r"|\b(?:serve|server|serve_[a-z0-9]+|[a-z0-9]+_server)\.(?:py|sh)\b"
                                    r"|--(?:host|port)[= ]"))
+_PORT_FLAG_RE = re.compile(r"--(?:host|port)[= ]")
+_CLIENT_OUT_RE = re.compile(r"--out(?:put)?(?:[_-](?:file|path|dir))?[= ]\S|\s>\s*\S")  # a file it writes: `--out F`, `> F`
 # a provided script's usage line that says it is a long-lived server
 SERVER_DOC_RE = re.compile(r"(?i)\blong-lived\b|\bruns until (?:stopped|killed)\b|\bstarts? (?:a|the)\b[^.;]{0,60}\bserver\b"
                            # a line whose description is a server ("| vLLM server for a checkpoint on port 8000 |")
@@ -1040,8 +1042,11 @@ class Facts:
     def is_server(self, i: int) -> bool:
         """A run_command that starts a long-lived server (by its command or its usage line)."""
         cmd = self.command(i)
-        return bool(SERVER_RE.search(cmd)) or any(doc_says(SERVER_DOC_RE, self.script_docs.get(s, ""))
-                                                 for s in self.script_runs(i))
+        m = SERVER_RE.search(cmd)
+        if m and m.group(0).startswith("--") and _CLIENT_OUT_RE.search(cmd) and not any(
+                SERVER_RE.search(x) for x in _PORT_FLAG_RE.split(cmd)):
+            m = None  # (round 29) `--port 8700` beside `--out F`: a client of a server on that port, writing a file
+        return bool(m) or any(doc_says(SERVER_DOC_RE, self.script_docs.get(s, "")) for s in self.script_runs(i))
 
     @per_step
     def script_calls(self, i: int) -> tuple[tuple[str, Signature, tuple[str, ...], dict[str, str]], ...]:
