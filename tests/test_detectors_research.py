@@ -2378,3 +2378,13 @@ def test_round_29_a_client_with_a_port_and_an_output_is_a_job_not_a_server():
     own = bg("python tools/api.py --host 0.0.0.0 --port 9000", "api")
     assert Facts(tt(own)).is_server(0)
     assert 1 in drops(tt(own, sleep), "resource_waste")
+
+
+def test_round_29_a_smoke_test_after_every_change_without_the_verb():
+    """Round 29 (blind_research22's dev split): "House rule: smoke test after EVERY change to the loss or its config,
+    before anything goes to the GPUs" is round 24's "run the smoke test after every change to the loss" without its
+    verb: a training launch after an edit of the loss with no smoke run since breaks it."""
+    got = [d for d in extract("House rule for this project: smoke test after EVERY change to the loss or its config, "
+                              "before anything goes to the GPUs.") if d.kind == "train_needs_check"]
+    assert [(d.target, d.values.get("topic")) for d in got] == [("smoke", "loss")]
+    assert not [d for d in extract("Smoke tests are cheap here.") if d.kind == "train_needs_check"]

@@ -288,3 +288,17 @@ def test_a_slash_comment_above_a_kdl_pane_documents_the_script_of_that_pane():
     got = provided_scripts(desc)
     assert got["scripts/score_dev.py"].startswith("accuracy of an answers file") and "tokens" not in got["scripts/score_dev.py"]
     assert got["scripts/token_audit.py"].startswith("tokens per question from the call log")
+
+
+def test_a_functions_docstring_in_a_code_block_documents_the_command_in_its_body():
+    # Bazel macros (set 22's task_282): the docstring under `def train(...)` says what the `args` below it run;
+    # a path the docstring names (src/loss.py) is a reference, not a script of its own
+    desc = ('# Task\nDo it.\n\n## Scripts\n```python\n"""Bazel macros."""\n\ndef smoke(name = "smoke"):\n'
+            '    """CPU check of src/loss.py. Seconds."""\n    native.sh_binary(\n        name = name,\n'
+            '        args = ["python", "scripts/smoke.py"],\n    )\n\ndef train(name = "train"):\n'
+            '    """Fine-tunes the model on all four GPUs\n    (torchrun); ~70 min."""\n    native.sh_binary(\n'
+            '        args = ["bash", "scripts/train.sh", "configs/loss.yaml", "outputs/ckpt"],\n    )\n```\n')
+    got = provided_scripts(desc)
+    assert "src/loss.py" not in got and got["scripts/smoke.py"].startswith("CPU check of src/loss.py. Seconds.")
+    assert got["scripts/train.sh"].startswith("Fine-tunes the model on all four GPUs (torchrun); ~70 min.")
+    assert "Bazel macros" not in " ".join(got.values())

@@ -213,7 +213,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     In a code block (round 28): ``// comments`` are comments; a paragraph headed ``<kind> <name>`` documents the one
     headed ``<other kind> <name>`` (``%apphelp train`` / ``%apprun train``); a record's fields before its command are
     its own (``{ name = "serve", host = "gpu", cmd = "…" }``); a line declaring a name documents the line right
-    below it that defines that name (``lazy val grpo = taskKey[Unit]("…")`` / ``grpo := { "bash …".! }``).
+    below it that defines that name (``lazy val grpo = taskKey[Unit]("…")`` / ``grpo := { "bash …".! }``); a
+    function's docstring documents the command in its body (round 29: a Bazel macro's ``args``, an invoke task's ``c.run``).
     """
     out: dict[str, str] = {}
     last: str | None = None
@@ -229,8 +230,11 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     para: list[str] = []  # this fence's current paragraph: its lines so far
     para_named, helps = False, {}  # a script named in it; the name → text of each header paragraph that named none
     orphan: str | None = None  # in a fence, the line just read if it documented no script
+    doc_quote: str | None = None  # inside a docstring of a code block: its quotes
+    prev_line = ""  # the line read before this one
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
         orphan, was_orphan = None, orphan
+        prev_line, line_before = line, prev_line
         if fence and not line.strip() or line.lstrip().startswith(("```", "~~~")):
             if para and not para_named and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and len(para) > 1:
                 helps[h.group(2)] = (h.group(1), " ".join(x.strip() for x in para[1:]))
@@ -241,6 +245,18 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             continue
         if fence and line.strip():
             para.append(line)
+        if fence and (doc_quote or line.lstrip()[:3] in ('"""', "'''") and _DEF_LINE_RE.match(line_before)):
+            # (round 29) a function's docstring in a code block (a Bazel macro's, an invoke task's) says what the command
+            # below it in the function's body does: the next command's description, whatever paths it names
+            body = line.strip()
+            if doc_quote is None:
+                doc_quote, body = body[:3], body[3:]
+            if doc_quote in body:
+                body, doc_quote = body.split(doc_quote, 1)[0], None
+            if body.strip():
+                last, recipe = None, False
+                preface.append(body.strip())
+            continue
         if fence and (bat := _BAT_COMMENT_RE.match(line)):  # (round 23) a batch file's `REM …` / `:: …`: a comment
             line = bat.group(1) + "# " + line[bat.end():]
         elif fence and line.lstrip().startswith("// "):  # (round 28) a `// comment` (KDL, Scala, Groovy, C): a comment
@@ -349,6 +365,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
+_DEF_LINE_RE = re.compile(r"\s*(?:async\s+)?def\s+\w+\s*\(.*:\s*$")  # a Python/Starlark function's first line
 _RECORD_OPEN_RE = re.compile(r"[=:,\[\s]*\{\s*\"?\w+\"?\s*[=:]")  # a record's first line: "{ name = …" after "[", "," or "="
 _DEFINES_RE = re.compile(r"([A-Za-z_][\w-]*)\s*(?::=|=|:)\s*\S")  # "grpo := { … }": the name a line defines
 _SECTION_HEAD_RE = re.compile(r"([%@]?[A-Za-z][\w-]*)\s+([A-Za-z][\w.-]*)")  # "%apphelp train": a kind and a name

@@ -292,8 +292,9 @@ TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|
 CAP_WORDS_RE = re.compile(r"(?i)\bcap\s+(?:the\s+|your\s+|its\s+)?([a-z][a-z-]{2,20})(?:\s+[a-z][a-z-]{2,20})?\s+(?:at|to)\s+"
                           r"(\d+)\s+([a-z]{3,})\b")
 # (round 24) "run the smoke test after every change to the loss": every training launch after a change of the
-# topic's files needs a run of the script the noun names since that change
-AFTER_CHANGE_RE = re.compile(r"(?i)\b(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?([a-z][\w-]*)\s+(?:test|check|probe|script)s?\s+"
+# topic's files needs a run of the script the noun names since that change (round 29: the verb left out, "House rule:
+# smoke test after EVERY change to the loss …")
+AFTER_CHANGE_RE = re.compile(r"(?i)(?:\b(?:re-?)?run\s+|(?:^|:)\s*)(?:the\s+|a\s+|your\s+)?([a-z][\w-]*)\s+(?:test|check|probe|script)s?\s+"
                              r"after\s+(?:every|each|any)\s+(?:change|edit|modification|tweak)s?\s+(?:to|of|in)\s+"
                              r"(?:the\s+|your\s+)?([a-z][\w-]*)")
 # (round 24) "score on dev before every test run", "no test run without a dev score": every JOB run after a change
