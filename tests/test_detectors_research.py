@@ -2388,3 +2388,14 @@ def test_round_29_a_smoke_test_after_every_change_without_the_verb():
                               "before anything goes to the GPUs.") if d.kind == "train_needs_check"]
     assert [(d.target, d.values.get("topic")) for d in got] == [("smoke", "loss")]
     assert not [d for d in extract("Smoke tests are cheap here.") if d.kind == "train_needs_check"]
+
+
+def test_round_29_a_serial_one_gpu_loop_beside_a_cpu_job_still_leaves_the_gpus_idle():
+    """Round 29 (blind_research22's dev split): round 21's serial loop of one-GPU jobs on GPU 0 was read only when
+    no job ran before it; a CPU job (verify_answers.py, "CPU") beside it leaves seven GPUs idle all the same. A GPU
+    job beside it holds them."""
+    cpu = bg("python scripts/verify_answers.py --input a --output b", "cpu")
+    loop = bg("for i in 0 1 2 3 4 5 6 7; do CUDA_VISIBLE_DEVICES=0 python scripts/bench.py --model m$i; done", "loop")
+    assert 1 in drops(t(cpu, loop), "resource_waste")
+    gpu = bg("bash scripts/train.sh data/x.jsonl outputs/ckpt", "train")
+    assert 1 not in drops(t(gpu, loop), "resource_waste")

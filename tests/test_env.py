@@ -302,3 +302,17 @@ def test_a_functions_docstring_in_a_code_block_documents_the_command_in_its_body
     assert "src/loss.py" not in got and got["scripts/smoke.py"].startswith("CPU check of src/loss.py. Seconds.")
     assert got["scripts/train.sh"].startswith("Fine-tunes the model on all four GPUs (torchrun); ~70 min.")
     assert "Bazel macros" not in " ".join(got.values())
+
+
+def test_a_less_indented_line_after_a_comment_documented_command_is_the_next_entrys():
+    # a Bitbucket Pipelines file (set 22's task_280): each step's comment stands above its script line; the next
+    # step's "- step:", "runs-on: [gpu]" and deeper comment belong to the next script, not to the line above
+    desc = ('# Task\nDo it.\n\n## Scripts\n```yaml\npipelines:\n  custom:\n    build:\n      - step:\n'
+            '          runs-on: [self.hosted, cpu]\n          script:\n            # per-paper features (~25 min)\n'
+            '            - python scripts/feats.py --in a --out b --workers 96\n      - parallel:\n          - step:\n'
+            '              runs-on: [self.hosted, gpu]\n              script:\n'
+            '                # DeBERTa quality score of shard I of 8 on one GPU\n'
+            '                - CUDA_VISIBLE_DEVICES=$I python scripts/quality.py --shard $I --num-shards 8\n```\n')
+    got = provided_scripts(desc)
+    assert "gpu" not in got["scripts/feats.py"] and "DeBERTa" not in got["scripts/feats.py"]
+    assert got["scripts/quality.py"].startswith("DeBERTa quality score of shard I of 8 on one GPU")

@@ -232,6 +232,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     orphan: str | None = None  # in a fence, the line just read if it documented no script
     doc_quote: str | None = None  # inside a docstring of a code block: its quotes
     prev_line = ""  # the line read before this one
+    last_indent = 0  # the indent of the line that named ``last``
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
         orphan, was_orphan = None, orphan
         prev_line, line_before = line, prev_line
@@ -294,6 +295,9 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
         indent = len(line) - len(line.lstrip())
+        if fence and last and above is not False and not hashed and raw_indent < last_indent:
+            last = None  # (round 29) under comment-documented commands, a line less indented than the command is the
+            # next entry's (a Bitbucket Pipelines step's "- step:" / "name:" after the script line above)
         if above is not False and hashed and raw_indent <= above and not _COMMAND_PATH_RE.match(text.lstrip("#")):
             # the next entry's comment, not this one's (a script it names is a reference)
             preface = (preface if last is None else []) + [text.lstrip("#").strip()]
@@ -311,7 +315,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             last = None
             continue
         if m:  # the script a usage line documents (later mentions on the line are references)
-            last = os.path.normpath(m.group(1))
+            last, last_indent = os.path.normpath(m.group(1)), raw_indent
             if was_orphan and not comment and not preface and (key := _DEFINES_RE.match(text)) and re.search(
                     rf"(?<![\w-]){re.escape(key.group(1))}(?![\w-])", was_orphan):
                 # (round 28) in a fence, the line right above that declares the name this line defines documents its

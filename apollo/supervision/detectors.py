@@ -1916,7 +1916,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif p.flag_gpu_underuse and pool and pool >= 2 and f.background(i) and (sh := _unsharded(f, i)):
                 out.append(_drop(i, "resource_waste", sh))
             elif p.flag_gpu_underuse and pool and pool >= 2 and gpu and used == 1 and _SERIAL_LOOP_RE.search(cmd) \
-                    and not f.jobs_before[i]:
+                    and not any(j.server or gpu_job(f, j.step)[0] for j in f.jobs_before[i]):  # (round 29: a CPU job beside
+                # it leaves the GPUs free all the same)
                 # (round 21) `for m in mixes/*; do CUDA_VISIBLE_DEVICES=0 bash train_proxy.sh $m …; done`: one job after
                 # another on one GPU while the pool idles (a loop that backgrounds each, `… & done`, runs them together)
                 out.append(_drop(i, "resource_waste", f"ran a loop of one-GPU jobs one after another on one GPU while "
