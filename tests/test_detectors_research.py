@@ -2399,3 +2399,27 @@ def test_round_29_a_serial_one_gpu_loop_beside_a_cpu_job_still_leaves_the_gpus_i
     assert 1 in drops(t(cpu, loop), "resource_waste")
     gpu = bg("bash scripts/train.sh data/x.jsonl outputs/ckpt", "train")
     assert 1 not in drops(t(gpu, loop), "resource_waste")
+
+
+def test_round_29_a_flags_word_value_is_the_usages_and_a_server_started_with_replicas_flag():
+    """Round 29 (blind_research22's dev split): in ``cgen:dev: python scripts/run_dev.py --split dev --ports 8500,8501
+    --concurrency 64`` the usage goes on past ``--split dev`` (a flag's word value), so ``--concurrency 1`` reads
+    against the shown 64; and a client on the one port of a server the agent started with ``--replicas 1`` is not
+    using fewer replicas than are served."""
+    from apollo.supervision.facts import signature
+
+    line = "runs agent/scaffold.py over a split; cgen:dev: python scripts/run_dev.py --split dev --ports 8500,8501 --concurrency 64"
+    assert dict(signature(line).flags) == {"--split": "dev", "--ports": "8500,8501", "--concurrency": "64"}
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/run_dev.py": line,
+                                                 "scripts/serve_gen.sh": "two vLLM replicas, ports 8500 and 8501; runs until "
+                                                                         "stopped: bash scripts/serve_gen.sh --replicas 2 --tp 2"}})
+
+    def tt(*steps):
+        return traj(*steps, desc=DESC, facts=facts)
+    one = bg("bash scripts/serve_gen.sh --replicas 1 --tp 2", "serve")
+    assert "one item at a time" in drops(tt(one, bg("python scripts/run_dev.py --split dev --ports 8500 --concurrency 1", "r")),
+                                         "inefficient_inference")[1]
+    fine = bg("python scripts/run_dev.py --split dev --ports 8500 --concurrency 64", "r")
+    assert 1 not in drops(tt(one, fine), "resource_waste")
+    two = bg("bash scripts/serve_gen.sh --replicas 2 --tp 2", "serve")
+    assert "1 of the 2 served replicas" in drops(tt(two, fine), "resource_waste")[1]

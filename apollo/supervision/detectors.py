@@ -1835,6 +1835,7 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
 
 
 _PORTS_FLAG_RE = re.compile(r"--(?:ports|endpoints|urls|servers|base[_-]urls)$")
+_REPLICAS_FLAG_RE = re.compile(r"--(?:num[_-])?replicas(?:=|\s+)(\d+)")  # a server started with `--replicas 1`
 
 
 def _fewer_replicas(f: Facts, i: int) -> str | None:
@@ -1846,7 +1847,8 @@ def _fewer_replicas(f: Facts, i: int) -> str | None:
                 continue
             used, listed = len(got.split(",")), len(default.split(","))
             started = [int(n) for j in f.jobs_before[i] if j.server
-                       for k, n in _REPLICAS_TP_ENV_RE.findall(j.command) if k == "REPLICAS"]
+                       for k, n in _REPLICAS_TP_ENV_RE.findall(j.command) if k == "REPLICAS"] + [
+                int(n) for j in f.jobs_before[i] if j.server for n in _REPLICAS_FLAG_RE.findall(j.command)]  # (round 29)
             if used < listed and not any(n <= used for n in started):  # (the agent started that few: the server's waste)
                 return f"runs {s} with {fl} {got}: {used} of the {listed} served replicas its usage line lists, the others idle"
     return None

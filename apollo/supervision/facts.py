@@ -482,7 +482,9 @@ def _marked_usage(doc: str) -> str | None:
             quoted = t.endswith(('"', '",', "'", "',", '">', "'>", '"/>', "}", '"]', "]=")) or (t.endswith("=") and not t.startswith("-"))  # the end of a quoted usage ("run": "bash x.sh
             # [--tp 2]", an XML attribute usage="… OUTDIR">)
             t = t.rstrip("\"',/>}]=") if quoted else t
-            if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
+            flag_value = bool(toks) and re.fullmatch(r"\[?--?[\w-]+", toks[-1]) is not None and re.fullmatch(r"[a-z][\w-]*\]?", t) is not None
+            # (round 29: a flag's word value, `--split dev`, is the usage's, not the prose after it)
+            if not (_USAGE_TOKEN_RE.fullmatch(t) or flag_value) or t.strip("[]") in _NOT_METAVAR or t.endswith(":") or t.rstrip(".").isdigit() and t.endswith("."):
                 break
             toks.append(t)
             if quoted:
