@@ -466,6 +466,7 @@ def _serial_judge_of(f: Facts, path: str) -> str | None:
     return None
 
 
+_LINE_COUNT_RE = re.compile(r"\bsum\(\s*1\s+for\b")  # `sum(1 for _ in open(F))`: a line count, no tally of what they hold
 _TALLY_RE = re.compile(r"\bCounter\(|\bsum\(|/\s*len\(|\bmean\(|value_counts\(")
 
 
@@ -542,7 +543,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             # (round 26) or it tallies the file a reporting script's line reads ("model calls per puzzle from
             # logs/calls.jsonl … CPU only") and prints the tally: that script's report, by hand (round 28: a line that
             # does not say CPU but names no GPU work either, "tokens per question from the call log", is one too)
-            if reads and not f.scripts.get(s) and _TALLY_RE.search(content) and "print" in content \
+            if reads and not f.scripts.get(s) and _TALLY_RE.search(_LINE_COUNT_RE.sub("", content)) and "print" in content \
                     and (doc_says(CPU_DOC_RE, doc) or not doc_says(GPU_DOC_RE, doc)) and not doc_says(_TRAINS_DOC_RE, doc) and any(
                     "/" in r and r in doc and not any(r in f.script_docs.get(o, "") for o in f.scripts
                                                       if o != s and not f.scripts.get(o)) for r in reads):
