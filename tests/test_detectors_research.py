@@ -2423,3 +2423,20 @@ def test_round_29_a_flags_word_value_is_the_usages_and_a_server_started_with_rep
     assert 1 not in drops(tt(one, fine), "resource_waste")
     two = bg("bash scripts/serve_gen.sh --replicas 2 --tp 2", "serve")
     assert "1 of the 2 served replicas" in drops(tt(two, fine), "resource_waste")[1]
+
+
+def test_round_29_no_touch_before_a_dash_and_a_metric_function_a_print_calls():
+    """Round 29 (blind_research22's dev split): "Don't touch min_quality -- it's calibrated …" is a do-not-touch
+    directive (the dash ends the key); a one-liner that prints ``spearmanr(…)`` over the file a scorer's line names
+    reports the scorer's Spearman rho — unless it prints it over a sweep of values of its own."""
+    assert [d.kind for d in extract("Don't touch min_quality -- it's calibrated against the reviewer study.")] == ["no_touch"]
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/meta_eval.py": (
+        "%% !python scripts/meta_eval.py --scores outputs/dev_scores.jsonl # Spearman rho of each sub-score and of "
+        "overall with the teacher ratings")}})
+    one = run("python - <<'EOF'\nimport json\nfrom scipy.stats import spearmanr\npred = [json.loads(l) for l in "
+              "open('outputs/dev_scores.jsonl')]\nprint(spearmanr([p['overall'] for p in pred], [p['gold'] for p in pred]).correlation)\nEOF")
+    assert "scripts/meta_eval.py" in drops(traj(one, desc=DESC, facts=facts), "ignore_script")[0]
+    sweep = run("python - <<'EOF'\nimport json\nfrom scipy.stats import spearmanr\npred = [json.loads(l) for l in "
+                "open('outputs/dev_scores.jsonl')]\nfor w in (0.2, 0.5):\n    print(w, spearmanr([p['a'] * w for p in pred], "
+                "[p['gold'] for p in pred]).correlation)\nEOF")
+    assert drops(traj(sweep, desc=DESC, facts=facts), "ignore_script") == {}

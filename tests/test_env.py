@@ -316,3 +316,14 @@ def test_a_less_indented_line_after_a_comment_documented_command_is_the_next_ent
     got = provided_scripts(desc)
     assert "gpu" not in got["scripts/feats.py"] and "DeBERTa" not in got["scripts/feats.py"]
     assert got["scripts/quality.py"].startswith("DeBERTa quality score of shard I of 8 on one GPU")
+
+
+def test_a_comment_only_paragraph_documents_the_command_of_the_next_paragraph():
+    # a Jupytext notebook in percent format (set 22's task_285): each markdown cell, a blank line above its code cell
+    desc = ('# Task\nDo it.\n\n## Scripts\n```python\n# ---\n# jupyter:\n#   title: runbook\n# ---\n\n'
+            '# %% [markdown]\n# Spearman rho of each sub-score with the teacher ratings.\n\n'
+            '# %%\n!python scripts/meta_eval.py --scores outputs/dev_scores.jsonl\n\n'
+            '# %% [markdown]\n# Judge calls per item from the call log.\n\n# %%\n!python scripts/call_count.py --log x.jsonl\n```\n')
+    got = provided_scripts(desc)
+    assert "Spearman rho" in got["scripts/meta_eval.py"] and "jupyter" not in got["scripts/meta_eval.py"]
+    assert "Judge calls" in got["scripts/call_count.py"] and "Spearman" not in got["scripts/call_count.py"]

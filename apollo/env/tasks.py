@@ -231,6 +231,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     para_named, helps = False, {}  # a script named in it; the name → text of each header paragraph that named none
     orphan: str | None = None  # in a fence, the line just read if it documented no script
     doc_quote: str | None = None  # inside a docstring of a code block: its quotes
+    carry: list[str] = []  # the comments of the last comment-only paragraph of this fence, for the next command
+    paras = 0  # paragraphs of this fence read so far
     prev_line = ""  # the line read before this one
     last_indent = 0  # the indent of the line that named ``last``
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
@@ -239,10 +241,15 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if fence and not line.strip() or line.lstrip().startswith(("```", "~~~")):
             if para and not para_named and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and len(para) > 1:
                 helps[h.group(2)] = (h.group(1), " ".join(x.strip() for x in para[1:]))
+            if para:  # (round 29) a paragraph of comments only that documented no script: the next command's (a
+                # Jupytext notebook's markdown cell, a blank line above its `# %%` code cell)
+                carry = preface[:] if fence and preface and not para_named and paras and all(
+                    x.lstrip().startswith(("#", "//")) for x in para) else []  # (the fence's first one is its header)
+                paras += 1
             para, para_named = [], False
         if line.lstrip().startswith(("```", "~~~")):
             fence, comment_indent, preface, above, recipe = not fence, -1, [], False, False
-            helps = {}
+            helps, carry, paras = {}, [], 0
             continue
         if fence and line.strip():
             para.append(line)
@@ -324,6 +331,9 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             if fence and not para_named and len(para) > 1 and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and (
                     h.group(2) in helps and helps[h.group(2)][0] != h.group(1)):
                 above_doc = helps.pop(h.group(2))[1]
+            if carry and not comment:
+                above_doc = " ".join([above_doc, *carry]).strip()
+            carry = []
             para_named = True
             item = bool(_ITEM_RE.match(line))
             comment_indent = indent if comment else -1

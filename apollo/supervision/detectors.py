@@ -608,8 +608,16 @@ def _doc_fields(doc: str) -> set[str]:
 
 
 def _printed(code: str) -> str:
-    """The literal text a program prints (its print/format strings)."""
-    return " ".join(a or b for a, b in _PRINTED_RE.findall(code)).replace("_", " ")
+    """The literal text a program prints (its print/format strings), and (round 29) the functions a print calls
+    (``print(spearmanr(a, b).correlation)``: "spearmanr") unless it prints them over a sweep of literal values
+    (``for wt in (0.2, 0.5): print(wt, spearmanr(…))``: a grid of its own, not a script's report)."""
+    calls = [] if _SWEEP_RE.search(code) else [
+        c for line in _PRINT_CALL_RE.findall(code) for c in re.findall(r"([A-Za-z_]\w*)\s*\(", line)]
+    return " ".join([*(a or b for a, b in _PRINTED_RE.findall(code)), *calls]).replace("_", " ")
+
+
+_PRINT_CALL_RE = re.compile(r"\bprint\((.*)\)")
+_SWEEP_RE = re.compile(r"\bfor\s+\w+\s+in\s+[(\[]\s*-?\.?\d")
 
 
 _VLLM_GEN_CODE_RE = re.compile(r"\bLLM\(.*?\.generate\(", re.DOTALL)
@@ -635,7 +643,7 @@ def _own_sampler(f: Facts, content: str) -> str | None:
 # scorer done again (em_f1.py printing "EM"/"F1" beside "grade.py: exact match and F1 of dev
 # predictions"), whatever its name.
 _METRIC_NAMES = (("em", r"\bem\b|exact[\s_-]*match"), ("f1", r"\bf1\b"), ("acc", r"\bacc(?:uracy)?\b"),
-                 ("auc", r"\b(?:roc[\s_-]*)?auc\b"), ("corr", r"\bspearman\b|\brho\b|\bpearson\b|\bcorrelation\b"),
+                 ("auc", r"\b(?:roc[\s_-]*)?auc\b"), ("corr", r"\bspearmanr?\b|\brho\b|\bpearsonr?\b|\bkendalltau\b|\bcorrelation\b"),
                  ("ndcg", r"\bndcg"), ("mrr", r"\bmrr\b"), ("wer", r"\bwer\b|word[\s_-]*error"), ("cer", r"\bcer\b"),
                  ("bleu", r"\bbleu\b"), ("chrf", r"\bchrf"), ("rouge", r"\brouge"), ("winrate", r"\bwin[\s_-]*rate"),
                  ("pass", r"\bpass@"), ("ppl", r"\bperplexity\b|\bppl\b"))

@@ -167,7 +167,8 @@ NO_TOUCH_KEY_IN_RE = re.compile(rf"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|ch
                                 rf"(?!(?:it|this|that|them|anything|everything|things|stuff|code|file|logic|lines?)\b)"
                                 rf"([A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9])`?\s+in\s+(?:the\s+file\s+)?`?{_PATH}")
 NO_TOUCH_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|modify|edit|alter|tune)\s+(?:the\s+|any\s+)?"
-                         r"(.+?)(?:\s+(?:settings?|values?|parameters?|hyperparameters?|knobs?))?\s*(?:[.;!,]|\s+(?:they|it|as|since|because)\b|$)")
+                         r"(.+?)(?:\s+(?:settings?|values?|parameters?|hyperparameters?|knobs?))?\s*(?:[.;!,]|\s+(?:they|it|as|since|because)\b"
+                         r"|\s+(?:-{2,3}|\u2014|\u2013)(?=\s)|$)")  # (round 29: "Don't touch min_quality -- it's calibrated …")
 # "Keep the learning rate at 2e-5", "keep the batch size at 64": a topic (see _TOPIC_KEYS), not a key name
 KEEP_TOPIC_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}?)\s+(?:at|to|=|equal\s+to)\s+{_NUM}"
                            rf"(?!\s*(?:%|examples|rows|pairs))")
