@@ -56,6 +56,10 @@ directive                    example                                      a late
                              condition for now" (round 25)                 among more values of --F with another
 ``keep_names NOUN {…}``      "keep the category names exactly as in        writes a list of NOUN names ("Categories:
                              data/guidelines.md (accuracy, fluency, …)"    a, b, c") with a name outside the kept ones
+``backup_first P D``         "Before you change outputs/sft.jsonl after    writes P (after an eval, with "after an
+                             an eval, copy it to outputs/archive/ first"   eval") with no copy of P into D since the
+                             (round 29)                                    last eval (a `cp` first in the same command
+                                                                           counts)
 ============================ ============================================ ===========================================
 
 ``eval_needs_check S`` (any)  "Run scripts/gen_dev.py … before you spend   calls eval after a change with no run of S
@@ -344,6 +348,16 @@ WORKER_CAP_RE = re.compile(r"(?i)\b(?:max(?:imum)?(?:\s+of)?|at\s+most|no\s+more
 NO_OVERWRITE_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never|avoid|no)\s+(?:re-?)?(?:overwrit\w*|clobber\w*|reus\w*|writ\w+\s+over)\s+"
                              r"(?:(?:any|the|old|older|earlier|previous|existing|past|your|a)\s+)*"
                              r"(?:runs?|checkpoints?|ckpts?|outputs?|experiments?|results?)(?:\s+(?:folders?|dirs?|directories))?\b")
+# (round 29) "Before you change outputs/sft.jsonl after an eval, copy it to outputs/archive/ first", "copy P to D
+# before you overwrite it": a write of P (after an eval of it) needs a copy of P into D since that eval
+_CHANGE_VERB = r"(?:change|overwrit\w*|modif\w*|edit|rewrit\w*|replac\w*|regenerat\w*|touch)"
+_COPY_VERB = r"(?:copy|cp|back\s+up|save|archive|snapshot|stash)"
+_DIR = r"((?:[\w.-]+/)+[\w.-]*)"
+BACKUP_FIRST_RE = re.compile(rf"(?i)\bbefore\s+(?:you\s+|we\s+)?{_CHANGE_VERB}\s+`?{_PATH}`?[^.;]*?,?\s*{_COPY_VERB}\s+"
+                             rf"(?:it|that(?:\s+file)?|a\s+copy)\s+(?:to|into|under|in)\s+`?{_DIR}`?"
+                             rf"|\b{_COPY_VERB}\s+`?{_PATH}`?\s+(?:to|into|under|in)\s+`?{_DIR}`?\s+before\s+(?:you\s+)?"
+                             rf"{_CHANGE_VERB}")
+AFTER_EVAL_RE = re.compile(r"(?i)\bafter\s+(?:an?|each|every|the)\s+eval|\bevaluated\s+(?:version|file|set)")
 # (round 17) "pls leave the writer server up - Lena wants to hit it", "keep the vLLM server running", "don't stop the server"
 KEEP_UP_RE = re.compile(r"(?i)\b(?:leave|keep)\s+(?:the\s+|that\s+|your\s+)?(?:[\w-]+\s+){0,2}?(?:server|endpoint|service|replicas?)\s+"
                         r"(?:up|running|alive|on|going)\b|\b(?:don'?t|do\s+not|never)\s+(?:stop|kill|shut\s+down|take\s+down)\s+"
@@ -904,6 +918,9 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         for x in out + res:
             if x.kind == "flag" and x.text == sent and not x.values.get("script"):
                 x.values["script_word"] = pm.group(1).lower()
+    if (bm := BACKUP_FIRST_RE.search(sent)) is not None:  # (round 29) "before you change P after an eval, copy it to D"
+        path, folder = norm_path(bm.group(1) or bm.group(3)), norm_path(bm.group(2) or bm.group(4)).rstrip("/") + "/"
+        res.append(d("backup_first", path, {"dir": folder, "after_eval": "1" if AFTER_EVAL_RE.search(sent) else ""}))
     if NO_OVERWRITE_RE.search(sent):
         res.append(d("no_overwrite", ""))
     elif not have_write and not re.search(_PATH, sent):
@@ -1435,6 +1452,22 @@ def _overwrites(f: Facts, i: int) -> tuple[str, int] | None:
     return None
 
 
+def _unbacked(f: Facts, i: int, d: Directive) -> str | None:
+    """(round 29) Step ``i`` writes ``d.target`` with no copy of it into ``d.values['dir']`` since the last eval
+    (after the directive; with ``after_eval``, only once an eval has read it): the version the eval scored is lost."""
+    path, folder = d.target, d.values["dir"]
+    evals = [j for j in range(d.given_at, i) if f.tools[j] == "eval" and f.oks[j]]
+    if d.values.get("after_eval") and not evals:
+        return None
+    since = evals[-1] if evals else d.given_at
+    if not any(f.tools[k] == "run_command" and f.oks[k] and path in f.command(k) and folder.rstrip("/") in f.command(k)
+               and re.search(r"\b(?:cp|rsync|tar|zip)\b", f.command(k)) for k in range(since, i + 1)):  # (a copy first
+        # in the writing command itself: `cp P D/x && … > P`)
+        return f"changed {path} without copying it to {folder} first" + (
+            f" (the eval at step {since} scored it)" if evals else "") + f" ({d.describe()})"
+    return None
+
+
 def _deletes_under(cmd: str, folder: str) -> str | None:
     """The first path under ``folder`` that ``cmd`` removes (``rm``, or ``mv`` out of the folder), or None."""
     for m in re.finditer(r"(?:^|[;&|(]\s*)(rm|mv)\s+(?:-\w+\s+)*([^;&|]+)", cmd):
@@ -1852,7 +1885,7 @@ def violations(f: Facts, window: int | None = None) -> list[tuple[int, str]]:
 
 
 _VALUE_KINDS = frozenset({"bound", "keep", "no_touch", "no_change"})  # directives on the values a step writes
-_PATH_KINDS = frozenset({"forbid_write", "forbid_noun", "open_before_edit", "use_script", "set", "write_under"})  # ... on the files it writes
+_PATH_KINDS = frozenset({"forbid_write", "forbid_noun", "open_before_edit", "use_script", "set", "write_under", "backup_first"})  # ... on the files it writes
 
 
 def _fed_to(f: Facts, i: int, script: str, written: set[str]) -> bool:
@@ -2047,6 +2080,8 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                 reason = f"trained into {outs[0]}, not under {d.target}/ as asked ({d.describe()})"
             elif d.kind == "keep_up" and tool == "kill_session_processes" and ok and (srv := _server_in(f, i)) is not None:
                 reason = f"stopped the server of step {srv} (session '{f.session(i)}') although told to leave it up ({d.describe()})"
+            elif d.kind == "backup_first" and writer and d.target in written and (reason := _unbacked(f, i, d)):
+                pass
             elif d.kind == "no_overwrite" and tool == "run_command" and ok and (hit := _overwrites(f, i)):
                 reason = f"wrote {hit[0]} again (step {hit[1]} wrote it) although told not to overwrite earlier runs " \
                          f"({d.describe()})"
