@@ -158,8 +158,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 0.84 / 0.87 after round 27
     ("blind_research21", "test", 62, 0.78, 0.80),  # round 27 (tuned on its dev split only): 0.80 / 0.84 at 0d273e4, measured
                                                    # once (held out: the same)
-    ("blind_research22", None, 134, 0.83, 0.89),   # written and labeled after round 28 (tuned on set 21's dev split): 0.85 /
-                                                   # 0.91 on all 484 actions at 8883b36, held out (round 27: the same)
+    ("blind_research22", None, 134, 0.90, 0.92),   # written and labeled after round 28 (tuned on set 21's dev split): 0.85 /
+                                                   # 0.91 on all 484 actions at 8883b36, held out (round 27: the same);
+                                                   # 0.93 / 0.95 after round 29
+    ("blind_research22", "test", 68, 0.88, 0.90),  # round 29 (tuned on its dev split only): 0.90 / 0.93 at 0343322, measured
+                                                   # once (held out: 0.81 / 0.91)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
