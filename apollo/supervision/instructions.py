@@ -107,6 +107,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -683,9 +684,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
             out.append(d("forbid_eval", "always"))  # ("after the 2nd eval just finish, no more evals": finish_after)
         else:
             for m in FORBID_RUN_RE.finditer(sent):
-                if re.match(r"(?i)\s+(?:(?:\w+\s+)?(?:before|until|while)\b|(?:on|with|using|across)\s+(?:fewer|less|more)\s+than\b|[A-Za-z_][\w-]*\s*[<>])",
+                if re.match(r"(?i)\s+(?:(?:\w+\s+)?(?:(?:before|until)\b(?!\s+then\b)|while\b)|(?:on|with|using|across)\s+(?:fewer|less|more)\s+than\b|[A-Za-z_][\w-]*\s*[<>])",
                             sent[m.end():]):
-                    continue  # "do not start training before the judge has finished": an order rule, not a ban
+                    continue  # "do not start training before the judge has finished": an order rule, not a ban (round 30:
+                    # "before then", a clock time, is a ban until that time)
                 if re.match(r"(?i)[^.;,!?]*?(?:\b(?:above|below|over|under|than|at\s+(?:most|least))\b|\d)", sent[m.end():]) and \
                         not re.search(r"[/.]", m.group(1)):
                     continue  # "do not use a QE cutoff above 0.80": a bound on a value, not a ban on a tool
@@ -1127,6 +1129,26 @@ def _merge_generic(sent: str, out: list[Directive]) -> list[Directive]:
     return res
 
 
+_CLOCK_RE = re.compile(r"(?i)\b(until|till|before)\s+(?:about\s+|around\s+|~\s*)?(\d{1,2}):(\d{2})(?:\s*(?:UTC|GMT|Z)\b)?")
+
+
+def _clock_free(text: str, at: float | None) -> tuple[str, float | None]:
+    """(round 30) ``text`` with each "until/before HH:MM" read as "until/before then", and the time (epoch seconds,
+    UTC, the day of ``at`` or the next one if that hour has passed) the first such clock names (None: none, or no
+    delivery time)."""
+    m = _CLOCK_RE.search(text) if ":" in text else None
+    if m is None:
+        return text, None
+    end = None
+    if at:
+        day = datetime.fromtimestamp(at, timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        hh, mm = int(m.group(2)), int(m.group(3))
+        if hh < 24 and mm < 60:
+            end = (day + timedelta(hours=hh, minutes=mm)).timestamp()
+            end = end + 86400 if end <= at else end
+    return _CLOCK_RE.sub(lambda c: f"{c.group(1)} then", text), end
+
+
 def directives(f: Facts) -> list[Directive]:
     """Every directive of the trajectory's delivered guidance, in delivery order (computed once per facts;
     callers must not mutate the directives)."""
@@ -1142,8 +1164,15 @@ def directives(f: Facts) -> list[Directive]:
     nouns = _placeholder_nouns(f)
     for s in f.steps:
         for g in s.guidance:
-            out.extend(extract(_with_placeholder_flags(_with_flag_dashes(_with_script_paths(g.text, stems), flags), nouns),
-                               s.index))
+            # (round 30) a clock time ("until 14:00", "before 18:00 UTC today") is no value of the rule: it is read as
+            # "then", and the rule ends at the first step at or after that time
+            text, until = _clock_free(g.text, g.delivered_at or s.started_at)
+            new = extract(_with_placeholder_flags(_with_flag_dashes(_with_script_paths(text, stems), flags), nouns), s.index)
+            if until is not None and (end := next((j for j in range(s.index, f.n) if f.steps[j].started_at >= until), None)):
+                for d in new:
+                    if re.search(r"(?i)\b(?:until|till|before)\s+then\b", d.text):
+                        d.values.setdefault("until", str(end))
+            out.extend(new)
             if "xclude" in g.text and (m := EXCLUDE_NAME_RE.search(g.text)):
                 # "Exclude them (source 'kaggle-kernels')": every provided script with an --exclude… flag must get it
                 name = m.group(1) or m.group(2)
