@@ -2573,6 +2573,8 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"
         elif (k := _restores_eval(f, i, done)) is not None:
             reason = f"evaluates again the version the eval at step {k} scored (the edits since were put back): a wasted eval"
+        elif (broken := _seen_broken(f, i)) is not None:
+            reason = f"evaluated {broken[1]} right after step {broken[0]} showed it does not compile, with nothing changed since"
         if reason:
             out.append(_drop(i, "improper_eval", reason))
         if f.oks[i]:
@@ -2583,6 +2585,25 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             # (a job writing it was not seen running) will exist at the next eval
             changed = bool(pend) or bool(missing)
     return out
+
+
+_SYNTAX_FAIL_RE = re.compile(r'File "([^"]+)", line \d+[\s\S]{0,600}?\b(?:SyntaxError|IndentationError|TabError)\b')
+
+
+def _seen_broken(f: Facts, i: int) -> tuple[int, str] | None:
+    """(round 30) (step, file) where a failed step before eval ``i`` showed that a file the agent wrote does not compile
+    (a SyntaxError in it) and nothing was written between that step and the eval: the agent evaluates what it has just
+    seen broken."""
+    for k in range(i - 1, -1, -1):
+        if f.tools[k] == "run_command" and f.steps[k].observation.exit_code and (m := _SYNTAX_FAIL_RE.search(f.obs[k])):
+            path = norm_path(m.group(1))
+            # (a file the agent wrote that the task statement names, not a side script of its own)
+            if path and path in f.description and path not in f.scripts and any(path in f.written_paths(j) for j in range(k)):
+                return k, path
+            return None
+        if f.writes[k] and f.tools[k] != "eval":
+            return None
+    return None
 
 
 def run_detectors(traj: Trajectory, detectors: Iterable[Detector], task: TaskInfo | None = None,

@@ -293,7 +293,10 @@ EVAL_UNFINISHED_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never|no)\s+(?:spend|
                                 r"isnt|hasnt)\s+(?:\w+\s+)?(?:finish|done|complet|end)")
 # "run S … before any training", "before each retrain": a run of S is a precondition of every training launch after a change
 TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|launching|starting)?\s*(?:\w+\s+){0,2}?"
-                              r"(?:training|train\b|retrain\w*|(?:rl|grpo|sft|ppo|dpo)\s+runs?)")
+                              r"(?:training|train\b|retrain\w*|(?:rl|grpo|sft|ppo|dpo)\s+runs?)"
+                              # (round 30) "run S before anything goes to the GPUs", "before any GPU job"
+                              r"|\bbefore\s+(?:anything|any\s+job)\s+(?:goes|is\s+sent|gets)\s+(?:on|to|onto)\s+the\s+GPUs?\b"
+                              r"|\bbefore\s+(?:any|each|every)\s+GPU\s+(?:jobs?|runs?)\b")
 # (round 24) "cap the repair loop at 2 retries per question": a bound on the keys its first word or the unit name
 CAP_WORDS_RE = re.compile(r"(?i)\bcap\s+(?:the\s+|your\s+|its\s+)?([a-z][a-z-]{2,20})(?:\s+[a-z][a-z-]{2,20})?\s+(?:at|to)\s+"
                           r"(\d+)\s+([a-z]{3,})\b")
@@ -976,7 +979,10 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         res.append(d("wait_before_eval", "", {"train": "1"}))
     m = TRAIN_PRECOND_RE.search(sent)
     if m:  # "Run probe_reward.py after every reward change, before any training"
-        sm = re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", sent[:m.start()])
+        head = sent[:m.start()]  # (round 30: the script a verb runs, not a file the change names: "after every change
+        # to src/loss.py, run scripts/smoke_loss.py before …")
+        sm = re.search(r"\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", head) or \
+            re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", head)
         after = None if sm else re.match(r"[^.;!?]{0,12}?\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b",
                                          sent[m.end():])  # (round 12) "before you start ANY grpo run, rerun S"
         if sm or after:
