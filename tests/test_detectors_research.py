@@ -2170,8 +2170,9 @@ def test_round_25_from_the_nineteenth_sets_dev_split():
                            "(solve rate 0.12), 100 = the reference scaffold.")
     first = [st("open_file", {"path": "agent/solve.py"}, "1: K = 1"), run("python scripts/bench.py --model m"), ev()]
     assert 2 in drops(traj(*first, desc=shipped, facts=FACTS), "improper_eval")
-    assert drops(traj(*first, desc=shipped.replace("the shipped scaffold", "a scaffold of one call"), facts=FACTS),
-                 "improper_eval") == {}  # (no score of the workspace as shipped: the first eval measures it)
+    assert drops(traj(*first, desc=shipped.replace("Score 0 = the shipped scaffold (solve rate 0.12), 100", "100"),
+                      facts=FACTS), "improper_eval") == {}  # (no score of the workspace as shipped: the first eval
+    # measures it; round 30 reads any "Score 0 = …" anchor as that score, "a scaffold of one call" included)
 
     export = DESC.replace("leave the checkpoint at\n`outputs/ckpt/final/`",
                           "export the trained policy to `outputs/model/` with `scripts/export.sh`") \
@@ -2510,3 +2511,14 @@ def test_round_30_an_eval_of_a_file_just_seen_not_to_compile():
             if s.action.tool == "edit_file" else s for s in (edit,)]
     other = run("python -m py_compile tools/x.py", '  File "tools/x.py", line 1\nSyntaxError: x\n\n[finished, exit code 1]', code=1)
     assert 2 not in drops(traj(side[0], other, ev(), desc=desc, facts=FACTS), "improper_eval")
+
+
+def test_round_30_an_eval_before_any_change_where_the_task_anchors_score_0():
+    """Round 30 (blind_research23's dev split): "Score 0 = plain cross-entropy (23.5), 100 = the team's reference loss"
+    states what the workspace scores before a change, as round 25's "Score 0 = the shipped scaffold" did: a first
+    eval with nothing changed is a wasted eval. A task that anchors no score leaves it to the default."""
+    anchored = DESC.replace("on a hidden test set.", "on a hidden test set. Score 0 = plain cross-entropy (23.5), 100 = the "
+                                                     "team's reference loss (61.0).")
+    first = traj(st("list_files", {"path": "."}), ev(), desc=anchored, facts=FACTS)
+    assert 1 in drops(first, "improper_eval")
+    assert 1 not in drops(traj(st("list_files", {"path": "."}), ev(), desc=DESC, facts=FACTS), "improper_eval")
