@@ -2522,3 +2522,21 @@ def test_round_30_an_eval_before_any_change_where_the_task_anchors_score_0():
     first = traj(st("list_files", {"path": "."}), ev(), desc=anchored, facts=FACTS)
     assert 1 in drops(first, "improper_eval")
     assert 1 not in drops(traj(st("list_files", {"path": "."}), ev(), desc=DESC, facts=FACTS), "improper_eval")
+
+
+def test_round_30_an_intermediate_a_later_remix_consumes_is_part_of_that_change():
+    """Round 30 (blind_research23's dev split): after the best eval the agent makes a second set of swaps
+    (`outputs/swaps2.jsonl`), then guards and remixes it into the evaluated `outputs/train.jsonl`; the next eval is
+    lower. The change is the remix that writes what the eval reads; the swaps run is a step of it."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS,
+        "scripts/swap.py": "- `scripts/swap.py --in F --out F [--seed 0]`: target swaps (CPU)",
+        "scripts/mix.py": "- `scripts/mix.py --aug F [F …] --out outputs/train.jsonl`: the originals plus augmentations (CPU)"}})
+    desc = DESC.replace("The evaluation scores `outputs/ckpt/final/` on a hidden test set.",
+                        "The evaluation trains on `outputs/train.jsonl` and scores the model.")
+    mix1 = run("python scripts/mix.py --aug outputs/swaps.jsonl --out outputs/train.jsonl")
+    swaps2 = run("python scripts/swap.py --in data/train.jsonl --out outputs/swaps2.jsonl --seed 1")
+    mix2 = run("python scripts/mix.py --aug outputs/swaps.jsonl outputs/swaps2.jsonl --out outputs/train.jsonl")
+    evals = [EvalRecord(step=1, score=53.4), EvalRecord(step=4, score=44.0)]
+    got = drops(traj(mix1, ev("Evaluation 1/3: overall_score=53.4"), swaps2, mix2, ev("Evaluation 2/3: overall_score=44"),
+                     evals=evals, desc=desc, facts=facts), "performance_regression")
+    assert 3 in got and 2 not in got, got

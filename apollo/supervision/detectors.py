@@ -1337,6 +1337,13 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
             causes = [i for i in causes if i not in held]
         if len(causes) > 1:
             causes = _cleared_by_dev(f, causes, end)
+        if len(causes) > 1 and f.eval_inputs:
+            # (round 30) a run that only makes an intermediate (new swaps) which a later cause mixes into the evaluated
+            # file is a step of that change, not a second one: the change is the write of what the eval reads
+            direct = [i for i in causes if f.tools[i] == "run_command" and _writes_eval_input(f, i)]
+            if direct:
+                causes = [i for i in causes if i in direct or not (f.tools[i] == "run_command" and any(
+                    k > i and any(o in f.command(k) for o in _run_made(f, i)) for k in direct))]
         # (round 17: a breach among the carried edits is violate_instruction at its own step, and the other carried
         # change still carries the drop, as the labelers of sets 12 and 13 label a breach and a change before one drop)
         for i in causes:
@@ -1570,6 +1577,14 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
     # a file derived from it and named after it (swap.json → swap.checked.json, made by a checker in the same line)
     stems = {os.path.basename(o).split(".", 1)[0] for o in outs} - {""}
     return any(len(st) >= 3 and re.search(rf"(?:^|[\s/='\"]){re.escape(st)}\.\w+\.\w+", later) for st in stems)
+
+
+def _writes_eval_input(f: Facts, i: int) -> bool:
+    """(round 30) Run ``i`` writes a file the evaluation reads (by its command's paths or its scripts' outputs)."""
+    outs = set(f.written_paths(i))
+    for s in f.script_runs(i):
+        outs.update(f.script_outputs(i, s)[0])
+    return any(covers(o, e) for o in outs for e in f.eval_inputs)
 
 
 def _prints_only(f: Facts, j: int) -> bool:
