@@ -220,7 +220,7 @@ def _task_outputs(description: str) -> frozenset[str]:
     return frozenset(norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec))
 
 
-_SHIPPED_SCORE_RE = re.compile(r"(?i)\bscore\s+0\s*=\s*\S")  # (round 30: any anchor of 0, "Score 0 = plain cross-entropy
+_SCORE_ZERO_RE = re.compile(r"(?i)\bscore\s+0\s*=\s*\S")  # (round 30: any anchor of 0, "Score 0 = plain cross-entropy
 # (23.5)", is what the workspace scores before a change; round 25 read only "the shipped/provided …")
 @lru_cache(maxsize=1024)
 def _eval_trains(description: str) -> frozenset[str]:
@@ -1126,7 +1126,7 @@ class Facts:
         """(round 25) The task states what the workspace as shipped scores ("Score 0 = the shipped scaffold (solve
         rate 0.12)"; round 30: any anchor of the score's 0, "Score 0 = plain cross-entropy (23.5)"): an eval of it
         untouched measures nothing new."""
-        return bool(_SHIPPED_SCORE_RE.search(section(self.description, "Evaluation") or self.description))
+        return bool(_SCORE_ZERO_RE.search(section(self.description, "Evaluation") or self.description))
 
     @cached_property
     def eval_inputs(self) -> frozenset[str]:

@@ -98,7 +98,8 @@ between 0.01 and 0.1", "--real_frac 0.4 or higher", "use --concurrency 16 at mos
 equality on the same subject).
 
 A directive holds from the step it was delivered before to the end of the trajectory
-(``use_script``'s "by hand" clause until S has run). The LLM judge (``mask.judge``) covers what this
+(``use_script``'s "by hand" clause until S has run; round 30: one that names a clock time, "until 14:00",
+"before 18:00 UTC today", until the first step at or after that time by the steps' clock). The LLM judge (``mask.judge``) covers what this
 grammar does not: paraphrased advice, goals, judgement calls.
 """
 
