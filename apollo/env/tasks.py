@@ -360,7 +360,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             continue
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)
-            orphan = text if fence and not text.startswith(("#", "//", "--")) else None
+            orphan = text if fence and not text.startswith(("#", "--")) else None  # (`//` lines are `#` by now)
             continue
         elif item and not (text.startswith("#") or line[:1].isspace()):
             continue  # a list item continues on indented lines only ("All scripts log to outputs/." is the list's)

@@ -1453,7 +1453,8 @@ def _only_removes(f: Facts, i: int) -> bool:
     return bool(paths) and not any(covers(p, e) or covers(e, p) for p in paths if p for e in f.eval_inputs)
 
 
-_COMPILE_ERROR_RE = re.compile(r"^(?:SyntaxError|IndentationError|TabError):", re.MULTILINE)
+_COMPILE_ERRORS = r"(?:SyntaxError|IndentationError|TabError)"  # what Python prints when a file does not compile
+_COMPILE_ERROR_RE = re.compile(rf"^{_COMPILE_ERRORS}:", re.MULTILINE)
 
 
 def _repairs_crash(f: Facts, i: int) -> bool:
@@ -1560,12 +1561,7 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
     that a later change before ``end`` uses, or files it does not name."""
     if _provided_run_under_own_training(f, i):
         return False
-    outs = set(f.written_paths(i))
-    known = bool(outs)
-    for s in f.script_runs(i):
-        o, k = f.script_outputs(i, s)
-        outs.update(o)
-        known = known or k
+    outs, known = _run_writes(f, i)
     if not known:
         return True
     if any(covers(o, e) for o in outs for e in f.eval_inputs):
@@ -1579,12 +1575,21 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
     return any(len(st) >= 3 and re.search(rf"(?:^|[\s/='\"]){re.escape(st)}\.\w+\.\w+", later) for st in stems)
 
 
+def _run_writes(f: Facts, i: int) -> tuple[set[str], bool]:
+    """(files, known) that run ``i`` writes: its command's paths and its provided scripts' outputs; ``known`` is false
+    where neither names any."""
+    outs = set(f.written_paths(i))
+    known = bool(outs)
+    for s in f.script_runs(i):
+        o, k = f.script_outputs(i, s)
+        outs.update(o)
+        known = known or k
+    return outs, known
+
+
 def _writes_eval_input(f: Facts, i: int) -> bool:
     """(round 30) Run ``i`` writes a file the evaluation reads (by its command's paths or its scripts' outputs)."""
-    outs = set(f.written_paths(i))
-    for s in f.script_runs(i):
-        outs.update(f.script_outputs(i, s)[0])
-    return any(covers(o, e) for o in outs for e in f.eval_inputs)
+    return any(covers(o, e) for o in _run_writes(f, i)[0] for e in f.eval_inputs)
 
 
 def _prints_only(f: Facts, j: int) -> bool:
@@ -2602,7 +2607,7 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
     return out
 
 
-_SYNTAX_FAIL_RE = re.compile(r'File "([^"]+)", line \d+[\s\S]{0,600}?\b(?:SyntaxError|IndentationError|TabError)\b')
+_SYNTAX_FAIL_RE = re.compile(rf'File "([^"]+)", line \d+[\s\S]{{0,600}}?\b{_COMPILE_ERRORS}\b')
 
 
 def _seen_broken(f: Facts, i: int) -> tuple[int, str] | None:

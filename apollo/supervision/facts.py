@@ -185,7 +185,7 @@ SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\
                                    # a script named as a server (round 22: serve_llm.sh; search_server.py, launch_server.py)
                                    r"|\b(?:serve|server|serve_[a-z0-9]+|[a-z0-9]+_server)\.(?:py|sh)\b"
                                    r"|--(?:host|port)[= ]"))
-_PORT_FLAG_RE = re.compile(r"--(?:host|port)[= ]")
+_PORT_FLAG_RE = re.compile(r"--(?:host|port)[= ]")  # SERVER_RE's last branch alone (round 29: a client passes it too)
 _CLIENT_OUT_RE = re.compile(r"--out(?:put)?(?:[_-](?:file|path|dir))?[= ]\S|\s>\s*\S")  # a file it writes: `--out F`, `> F`
 # a provided script's usage line that says it is a long-lived server
 SERVER_DOC_RE = re.compile(r"(?i)\blong-lived\b|\bruns until (?:stopped|killed)\b|\bstarts? (?:a|the)\b[^.;]{0,60}\bserver\b"
