@@ -327,3 +327,34 @@ def test_a_comment_only_paragraph_documents_the_command_of_the_next_paragraph():
     got = provided_scripts(desc)
     assert "Spearman rho" in got["scripts/meta_eval.py"] and "jupyter" not in got["scripts/meta_eval.py"]
     assert "Judge calls" in got["scripts/call_count.py"] and "Spearman" not in got["scripts/call_count.py"]
+
+
+def test_a_commands_own_line_comment_ends_its_entry_at_the_next_less_indented_line():
+    # a Woodpecker CI file (set 24's task_299): each command carries its `# comment` on its line; the next step's
+    # "units:", "image: team/verl:0.4" and "commands:" are not the command's (a "verl" there read a CPU probe as a GPU job)
+    desc = ('# Task\nDo it.\n\n## Scripts\n```yaml\nsteps:\n  probe:\n    image: team/verl:0.4\n    commands:\n'
+            '      - python scripts/probe.py --workers 32   # scores the probe set on the CPU\n  units:\n'
+            '    image: team/verl:0.4\n    commands:\n      - python scripts/units.py   # runs the unit cases\n```\n')
+    got = provided_scripts(desc)
+    assert got["scripts/probe.py"].endswith("# scores the probe set on the CPU"), got
+    assert "verl" not in got["scripts/probe.py"] and "verl" not in got["scripts/units.py"]
+
+
+def test_a_records_description_field_above_its_command_is_that_commands():
+    # a Prefect deployments file (set 24's task_301; its `entrypoint: flows/shell.py:run` is no command) and a
+    # cargo-make Makefile.toml (set 24's task_298; the description above `command`/`args`)
+    prefect = ('# Task\nDo it.\n\n## Scripts\n```yaml\ndeployments:\n  - name: serve\n    description: Four vLLM replicas, '
+               'two GPUs each; runs until stopped.\n    entrypoint: flows/shell.py:run\n    parameters:\n'
+               '      command: bash scripts/serve.sh --replicas 4 --tp 2\n  - name: dev\n    description: Runs grader/judge.py '
+               'on a split; writes outputs/dev_scores.jsonl.\n    entrypoint: flows/shell.py:run\n    parameters:\n'
+               '      command: python scripts/run_dev.py --split dev\n```\n')
+    got = provided_scripts(prefect)
+    assert "Four vLLM replicas" in got["scripts/serve.sh"] and "Runs grader/judge.py" in got["scripts/run_dev.py"], got
+    assert "flows/shell.py" not in got
+    toml = ('# Task\nDo it.\n\n## Scripts\n```toml\n[tasks.prep]\ndescription = "Tokenize the data (about 6 min)"\n'
+            'command = "python"\nargs = ["scripts/prep.py", "--workers", "32"]\n\n[tasks.dev]\n'
+            'description = "Macro-F1 of a checkpoint (one GPU, about 3 min)"\ncommand = "python"\n'
+            'args = ["scripts/eval_dev.py", "--ckpt", "outputs/run/final", "--batch-size", "128"]\n```\n')
+    got = provided_scripts(toml)
+    assert "Macro-F1 of a checkpoint" in got["scripts/eval_dev.py"] and "Tokenize" not in got["scripts/eval_dev.py"], got
+    assert "Tokenize the data" in got["scripts/prep.py"]

@@ -120,7 +120,8 @@ def _yaml_records(block: str) -> list[str] | None:
     def commands(node: Any) -> list[str]:
         if isinstance(node, str):
             m = _COMMAND_PATH_RE.match(node)
-            return [m.group(1)] if m else []
+            # (round 31) not a Python entrypoint, `flows/shell.py:run` (a Prefect deployment's, beside its command)
+            return [m.group(1)] if m and node[m.end():m.end() + 1] != ":" else []
         if isinstance(node, list) and node and all(isinstance(x, (str, int, float)) for x in node):
             m = _COMMAND_PATH_RE.match(" ".join(map(str, node)))
             if m:
@@ -235,6 +236,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     paras = 0  # paragraphs of this fence read so far
     prev_line = ""  # the line read before this one
     last_indent = 0  # the indent of the line that named ``last``
+    inline_doc = False  # (round 31) in a fence, that line has its ``# comment`` after the command
+    desc_indent = -1  # (round 31) the indent of the record's description field read above its command (-1: none)
     for line in _normalize_blocks(section(description, "Scripts")).splitlines():
         orphan, was_orphan = None, orphan
         prev_line, line_before = line, prev_line
@@ -249,6 +252,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             para, para_named = [], False
         if line.lstrip().startswith(("```", "~~~")):
             fence, comment_indent, preface, above, recipe = not fence, -1, [], False, False
+            inline_doc, desc_indent = False, -1
             helps, carry, paras = {}, [], 0
             continue
         if fence and line.strip():
@@ -302,9 +306,21 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
         indent = len(line) - len(line.lstrip())
-        if fence and last and above is not False and not hashed and raw_indent < last_indent:
+        if fence and last and (above is not False or inline_doc) and not hashed and raw_indent < last_indent:
             last = None  # (round 29) under comment-documented commands, a line less indented than the command is the
-            # next entry's (a Bitbucket Pipelines step's "- step:" / "name:" after the script line above)
+            # next entry's (a Bitbucket Pipelines step's "- step:" / "name:" after the script line above; round 31: after
+            # a command with its `# comment` on its line, a Woodpecker step's "units:" / "image:")
+        if fence and _DESC_FIELD_RE.match(text):
+            # (round 31) a record's description field ("description: Four vLLM replicas …" in a Prefect deployment, above
+            # its "command:"): the record's command's, whatever paths it names (they are references)
+            if last and raw_indent >= last_indent:
+                out[last] = (out.get(last, "") + " " + text).strip()
+            else:
+                last, preface, recipe = None, [text], True
+                desc_indent = raw_indent
+            continue
+        if fence and desc_indent >= 0 and not last and raw_indent < desc_indent and _ITEM_RE.match(text):
+            preface, desc_indent = [], -1  # a new record: the description of one that ran no script is not its
         if above is not False and hashed and raw_indent <= above and not _COMMAND_PATH_RE.match(text.lstrip("#")):
             # the next entry's comment, not this one's (a script it names is a reference)
             preface = (preface if last is None else []) + [text.lstrip("#").strip()]
@@ -323,6 +339,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
             continue
         if m:  # the script a usage line documents (later mentions on the line are references)
             last, last_indent = os.path.normpath(m.group(1)), raw_indent
+            inline_doc, desc_indent = fence and bool(re.search(r"\s#\s", line[m.end():])), -1
             if was_orphan and not comment and not preface and (key := _DEFINES_RE.match(text)) and re.search(
                     rf"(?<![\w-]){re.escape(key.group(1))}(?![\w-])", was_orphan):
                 # (round 28) in a fence, the line right above that declares the name this line defines documents its
@@ -379,6 +396,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
+# (round 31) a record's description field in a code block (YAML/TOML: "description: …", "help = '…'"), not a block scalar
+_DESC_FIELD_RE = re.compile(r"(?i)(?:-\s+)?(?:description|desc|help|summary|about)\s*[:=]\s*(?![|>][-+]?\s*$)\S")
 _DEF_LINE_RE = re.compile(r"\s*(?:async\s+)?def\s+\w+\s*\(.*:\s*$")  # a Python/Starlark function's first line
 _RECORD_OPEN_RE = re.compile(r"[=:,\[\s]*\{\s*\"?\w+\"?\s*[=:]")  # a record's first line: "{ name = …" after "[", "," or "="
 _DEFINES_RE = re.compile(r"([A-Za-z_][\w-]*)\s*(?::=|=|:)\s*\S")  # "grpo := { … }": the name a line defines

@@ -166,6 +166,7 @@ PY_WRITES_RE = re.compile(r"open\([^)]*['\"][wa]b?\+?['\"]|\.write(?:_text|_byte
 _VIEWERS = r"(?:cat|head|tail|less|more|nl|sed\s+-n|awk|grep|bat|view|diff|wc|jq)"  # commands that show a file's content
 VIEW_CMD_RE = Gated.derive(re.compile(rf"(?:^|[\s;&|(]){_VIEWERS}(?=\s)"))
 DOC_RE = re.compile(r"\.(md|rst|txt|log)$|(^|/)(notes?|NOTES?|README)(\.\w+)?$")
+_PROMPT_DIR_RE = re.compile(r"(?:^|/)(?:prompts?|templates?)/")  # (round 31) `grader/prompts/support.txt`: code's input
 CP_RE = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+(?:-\w+\s+)*(.+?)(?=$|[;&|)])")
 PY_C_RE = re.compile(r"\bpython3?\s+-c\b")
 _OUTPUT_ARG_GATE, _CP_GATE = Gated.derive(OUTPUT_ARG_RE), Gated.derive(CP_RE)
@@ -245,7 +246,9 @@ def _task_script_writes(description: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
-_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|(?<!-)->|\bproduc|\bgenerat|\bbuild|\breplaces\b|\binstalls\b", re.IGNORECASE)
+# (round 31: "calls and generated tokens per entity from the call log" counts what others generated: it writes nothing)
+_WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|(?<!-)->|\bproduc|\bgenerat(?!ed\s+tokens\b)|\bbuild|\breplaces\b|"
+                            r"\binstalls\b", re.IGNORECASE)
 
 
 _DEV_CHECK_NAME_RE = re.compile(r"(?i)(?:^|/)(?:dev_[\w-]*|[\w-]*_?(?:bench|judge|eval|score)[\w-]*)\.py$")
@@ -362,6 +365,8 @@ def signature(doc: str) -> Signature | None:
     if args is None:
         args = _any_usage(doc or "")  # (round 26) a layout no marker above knows: a launcher and the path, anywhere
     if args is None:
+        args = _argv_usage(doc or "")
+    if args is None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
     toks = [t[1:-1] if re.fullmatch(r"\{[A-Z][A-Z0-9_]*\}", t) else t for t in toks]  # (round 16) a Snakefile's `{W}`
@@ -427,7 +432,7 @@ _OPEN_QUOTE_RE = re.compile(r'=\s*(["\'])')  # (round 26: a Tiltfile's `cmd='bas
 
 
 _ANY_USAGE_RE = re.compile(r"(?<![\w/.(-])(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|deepspeed|accelerate\s+launch)"
-                           r"(?:\s+-{1,2}[\w-]+(?:[=\s]\d+)?)*\s+(?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)((?:[ \t]+[^\s\"'`\]),;#|]+)*)")
+                           r"(?:\s+-{1,2}[\w-]+(?:[=\s]\d+)?)*\s+(?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)((?:[ \t]+(?:[^\s\"'`\]),;#|]|,(?=\w))+)*)")  # (a list value, `--ports 8900,8901`)
 
 
 def _any_usage(doc: str) -> str | None:
@@ -441,12 +446,31 @@ def _any_usage(doc: str) -> str | None:
         for t in m.group(1).split():
             if t in ("-h", "[-h]"):
                 continue
+            if toks and toks[-1].startswith("-") and "=" not in toks[-1] and _WORD_VALUE_RE.fullmatch(t):
+                toks.append(t)  # (round 31) a flag's word value, `--split dev` in a build file's string
+                continue
             if not _USAGE_TOKEN_RE.fullmatch(t) or t.strip("[]") in _NOT_METAVAR or t.endswith(":"):
                 break
             toks.append(t)
         if best is None or len(toks) > len(best):
             best = toks
     return " ".join(best) if best is not None else None
+
+
+_WORD_VALUE_RE = re.compile(r"[a-z][a-z0-9_-]*")
+# (round 31) an argv list, `args = ["scripts/eval_dev.py", "--ckpt", "outputs/run/final", "--batch-size", "128"]` (a
+# cargo-make task's, a build file's): the items after the script's path are its usage
+_ARGV_LIST_RE = re.compile(r"""\[\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["'](?:\s*,\s*["'][^"'\n]*["'])*)\s*,?\s*\]""")
+
+
+def _argv_usage(doc: str) -> str | None:
+    """The arguments an argv list gives its script (None: the line has no such list)."""
+    m = _ARGV_LIST_RE.search(doc) if "[" in doc else None
+    if m is None:
+        return None
+    items = re.findall(r"""["']([^"'\n]*)["']""", m.group(1))
+    at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
+    return " ".join(items[at + 1:])
 
 
 _FSTRING_FIELD_RE = re.compile(r"\{([a-z][a-z0-9_]*)\}([\"')]*)")
@@ -1006,7 +1030,8 @@ class Facts:
             if not self.oks[i]:
                 out.append(False)
             elif tool in ("create_file", "edit_file"):
-                out.append(not DOC_RE.search(norm_path(self.args[i].get("path"))))  # notes change no result
+                path = norm_path(self.args[i].get("path"))  # notes change no result (round 31: a prompt file is no note)
+                out.append(not DOC_RE.search(path) or bool(_PROMPT_DIR_RE.search(path)))
             elif tool == "run_command":
                 cmd = self.command(i)
                 body = _HEREDOC_RE.search(cmd)

@@ -270,7 +270,7 @@ _TOPIC_KEYS = {"batch size": r"batch", "batch": r"batch", "kl": r"(?:^|_)kl(?:_|
 # References a reader resolves (issue 33, round 5): "agent/prompts.py is shared … Do not edit it" (a pronoun:
 # the message's last path before it), "don't touch the loss or the config any more" (nouns: the task's
 # files that the noun names, resolved on the trajectory by :func:`_noun_files`)
-FORBID_PRONOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+(?:it|that(?:\s+file)?|this(?:\s+file)?)(?![\w/.-])"
+FORBID_PRONOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+(?:it|that(?:\s+file)?|this(?:\s+file)?)(?![\w/-]|\.\w)"
                                r"(?!\s+(?:is|was|works|for|to|one))")
 FORBID_NOUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:\w+\s+)?{_EDIT_VERB}\s+((?:(?:the|any|your)\s+)?[a-z][a-z-]+(?![\w.])"
                             r"(?:\s*(?:,|\bor\b|\band\b|/)\s*(?:(?:the|any|your)\s+)?[a-z][a-z-]+(?![\w.]))*)")
@@ -2380,6 +2380,11 @@ def generic_constraints(sent: str) -> list[Directive]:
         elif _G_POST_GE.match(post):
             found.append((m.start(), "", "", "bound", {"op": "ge", "v": v, **extra}))
         elif (rel := next((op for op, rx in _G_PRE if rx.search(pre)), None)) is not None:
+            found.append((m.start(), "", "", "bound", {"op": rel, "v": v, **extra}))
+        elif (adj := next((sb for sb in subs if sb[1] <= m.start() and re.fullmatch(r"\s*[=:]?\s*", sent[sb[1]:m.start()])),
+                          None)) is not None and (rel := next((op for op, rx in _G_PRE
+                                                               if rx.search(sent[max(0, adj[0] - 60):adj[0]])), None)):
+            # (round 31) the subject between the relation and its value: "don't go below --min-conf 0.7"
             found.append((m.start(), "", "", "bound", {"op": rel, "v": v, **extra}))
         elif eq_cue:
             prev = max((s for s in subs if s[1] <= m.start()), key=lambda s: s[1], default=None)
