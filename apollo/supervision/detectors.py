@@ -902,7 +902,6 @@ def _batched_arg(call: Any, body: list[Any]) -> bool:
     return False
 
 
-@lru_cache(maxsize=2048)
 def _root_name(node: Any) -> str | None:
     """The name an expression's attribute/call chain starts from (``c.for_item(x)`` → ``c``)."""
     while isinstance(node, (ast.Attribute, ast.Call)):
@@ -910,6 +909,7 @@ def _root_name(node: Any) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+@lru_cache(maxsize=2048)
 def one_at_a_time(code: str) -> str | None:
     """How a script generates one sample at a time in a loop (None: it does not): transformers
     ``.generate`` per item, vLLM ``llm.generate`` per prompt instead of one batched call, or an API
