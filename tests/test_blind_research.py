@@ -168,8 +168,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 0.90 / 0.93 after round 30
     ("blind_research23", "test", 63, 0.85, 0.86),  # round 30 (tuned on its dev split only): 0.88 / 0.89 at cb06de1, measured
                                                    # once (held out: 0.86 / 0.89)
-    ("blind_research24", None, 132, 0.86, 0.86),   # written and labeled after round 30 (tuned on set 23's dev split): 0.89 /
-                                                   # 0.89 on all 488 actions at c9ea502, held out (round 29: 0.88 / 0.86)
+    ("blind_research24", None, 132, 0.93, 0.91),   # written and labeled after round 30 (tuned on set 23's dev split): 0.89 /
+                                                   # 0.89 on all 488 actions at c9ea502, held out (round 29: 0.88 / 0.86);
+                                                   # 0.97 / 0.95 after round 31
+    ("blind_research24", "test", 66, 0.90, 0.88),  # round 31 (tuned on its dev split only): 0.94 / 0.92 at 483ee48, measured
+                                                   # once (held out: 0.87 / 0.92)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
