@@ -2641,3 +2641,95 @@ def test_round_31_a_mixers_inputs_catted_by_hand_into_its_output():
     assert "without it" in drops(traj(mix, cat, desc=DESC, facts=facts), "ignore_script")[1]
     head = run("head -n 100 outputs/train_aug.jsonl > outputs/peek.jsonl")
     assert drops(traj(mix, head, desc=DESC, facts=facts), "ignore_script") == {}
+
+
+def test_round_32_a_one_replica_server_left_alone_is_the_waste_not_its_client():
+    """Round 32 (blind_research25's dev split): `serve_reader.sh 0,1 8001` starts one replica ("Start one 32B replica on
+    the two GPUs given; the second uses 2,3 and port 8002") and the client's line lists `--ports 8001,8002`. Started once
+    and never again, the server launch leaves half the pool idle; the client on the one port it has is no fault."""
+    facts = TaskFacts(compute_pool=[Machine(kind="gpu", gpus=4)], max_evals=3, scripts={
+        "scripts/serve_reader.sh": "bash scripts/serve_reader.sh 0,1 8001 # Start one 32B replica on the two GPUs given "
+                                   "(about 5 min to load); the second uses 2,3 and port 8002",
+        "scripts/run_dev.py": "python scripts/run_dev.py --ports 8001,8002 --concurrency 32 --out outputs/dev_pred.jsonl "
+                              "# Run agent/qa.py on data/dev.jsonl against the replicas"})
+    one = bg("bash scripts/serve_reader.sh 0,1 8001", "serve")
+    dev = bg("python scripts/run_dev.py --ports 8001 --concurrency 32 --out outputs/dev_pred.jsonl", "dev")
+    got = drops(traj(one, st("sleep", {"seconds": 300}, "Slept 300 s."), dev, desc=DESC, facts=facts), "resource_waste")
+    assert list(got) == [0] and "never the others" in got[0] and "1 replica(s) of the 2" in got[0], got
+    two = bg("bash scripts/serve_reader.sh 2,3 8002", "serve2")
+    both = bg("python scripts/run_dev.py --ports 8001,8002 --concurrency 32 --out outputs/dev_pred.jsonl", "dev")
+    assert drops(traj(one, two, both, desc=DESC, facts=facts), "resource_waste") == {}
+
+
+def test_round_32_a_low_concurrency_for_an_async_client_and_a_bare_json_decode_error():
+    """Round 32 (blind_research25's dev split): `write_items.py … --concurrency 2` where the line says "batched async
+    requests to both replicas" (and shows no concurrency) sends two at a time; `head -c 2000 f | python -m json.tool`
+    that prints "Extra data: line 2 column 1 (char 1187)" and exits 1 is a runtime error."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/write_items.py": (
+        "python scripts/write_items.py --bills outputs/bills.jsonl --ports 8001,8002 --out outputs/written.jsonl # The "
+        "writer turns each bill into a question and a solution (batched async requests to both replicas)")}})
+    slow = run("python scripts/write_items.py --bills outputs/bills.jsonl --ports 8001,8002 --concurrency 2 --out "
+               "outputs/written.jsonl")
+    assert "2 at a time" in drops(traj(slow, desc=DESC, facts=facts), "inefficient_inference")[0]
+    fine = run("python scripts/write_items.py --bills outputs/bills.jsonl --ports 8001,8002 --concurrency 64 --out "
+               "outputs/written.jsonl")
+    assert drops(traj(fine, desc=DESC, facts=facts), "inefficient_inference") == {}
+    cmd = "head -c 2000 outputs/written.jsonl | python -m json.tool"
+    bad = run(cmd, f"$ {cmd}\nExtra data: line 2 column 1 (char 1187)\n\n[finished, exit code 1]", code=1)
+    steps, _ = Masker(MaskConfig()).mask([t(bad)])
+    assert (steps[0].steps[0].mask.keep, steps[0].steps[0].mask.category) == (False, "runtime_error")
+
+
+def test_round_32_the_other_shards_started_next_and_a_rerun_writing_the_same_partial_file():
+    """Round 32 (blind_research25's dev split): shards 0-3 on GPUs 0-3, then (before any wait) shards 4-7 on GPUs 4-7:
+    the first launch is half of a split, not a job on half the pool. And a partial dev run's `--out` file that a later
+    run writes again is no input of a later change: the run is no cause of the next eval's drop."""
+    loop = ("for i in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$i python scripts/rewrite.py --input a --output outputs/r_$i.jsonl "
+            "--model m & done")
+    rest = loop.replace("0 1 2 3", "4 5 6 7")
+    assert 0 in drops(t(bg(loop, "a")), "resource_waste")
+    assert 0 not in drops(t(bg(loop, "a"), bg(rest, "b")), "resource_waste")
+    assert 0 in drops(t(bg(loop, "a"), st("sleep", {"seconds": 600}, "Slept 600 s."), bg(rest, "b")), "resource_waste")
+    desc = DESC.replace("The evaluation scores `outputs/ckpt/final/` on a hidden test set.",
+                        "The evaluation runs `agent/qa.py` on held-out questions.")
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/run_dev.py": (
+        "python scripts/run_dev.py --ports 8001 --out outputs/dev_pred.jsonl # Run agent/qa.py on data/dev.jsonl; writes "
+        "outputs/dev_pred.jsonl and outputs/calls.jsonl")}})
+    part = bg("python scripts/run_dev.py --ports 8001 --limit 200 --out outputs/dev_pred_200.jsonl", "dev")
+    edit = st("edit_file", {"path": "agent/qa.py", "start_line": 21, "end_line": 22, "content": "keep = units[:3]"}, "Edited.")
+    again = bg("python scripts/run_dev.py --ports 8001 --limit 200 --out outputs/dev_pred_200.jsonl", "dev2")
+    evals = [EvalRecord(step=0, score=50.4), EvalRecord(step=4, score=44.9)]
+    got = drops(traj(ev("Evaluation 1/3: overall_score=50.4"), part, edit, again, ev("Evaluation 2/3: overall_score=44.9"),
+                     evals=evals, desc=desc, facts=facts), "performance_regression")
+    assert 2 in got and 1 not in got, got
+
+
+def test_round_32_a_second_run_of_a_check_a_chained_command_still_runs():
+    """Round 32 (blind_research25's dev split): `cat a b > all && python scripts/check.py --in all --out sft` runs in one
+    session; the same check started in another session while it runs is a duplicate job."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/check.py": (
+        "- `scripts/check.py --in F --workers 64 --out F`: re-checks every solution (CPU, 64 workers)")}})
+    first = bg("cat outputs/a.jsonl outputs/b.jsonl > outputs/all.jsonl && python scripts/check.py --in outputs/all.jsonl "
+               "--workers 64 --out outputs/sft.jsonl", "check")
+    second = bg("python scripts/check.py --in outputs/all.jsonl --workers 64 --out outputs/sft.jsonl", "check2")
+    assert 1 in drops(traj(first, second, desc=DESC, facts=facts), "resource_waste")
+    other = bg("python scripts/check.py --in outputs/b.jsonl --workers 64 --out outputs/sft_b.jsonl", "check2")
+    assert 1 not in drops(traj(first, other, desc=DESC, facts=facts), "resource_waste")
+
+
+def test_round_32_an_own_runner_writing_a_variant_of_a_scripts_output_and_a_value_only():
+    """Round 32 (blind_research25's dev split): a created script that reads the provided runner's input (`data/dev.jsonl`)
+    and writes `outputs/exec_mine.jsonl` beside its `--out outputs/exec.jsonl` is its own version of that runner;
+    "temperature 0 only please, and at most 4 per explanation" keeps temperature at 0 (the 4 counts calls)."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/exec_snippet.py": (
+        "exec 'python scripts/exec_snippet.py --in data/dev.jsonl --workers 32 --out outputs/exec.jsonl' # Run every dev "
+        "snippet on its test inputs in the sandbox (2 s limit each)")}})
+    code = ("import json, subprocess, sys\nout = open('outputs/exec_mine.jsonl', 'w')\nfor line in open('data/dev.jsonl'):\n"
+            "    r = json.loads(line)\n    p = subprocess.run([sys.executable, '-c', r['snippet']], capture_output=True)\n"
+            "    out.write(json.dumps({'id': r['id'], 'out': p.stdout.decode()}) + '\\n')\n")
+    assert "scripts/exec_snippet.py" in drops(traj(created("tools/run_snips.py", code), desc=DESC, facts=facts),
+                                              "ignore_script")[0]
+    other = code.replace("outputs/exec_mine.jsonl", "outputs/lengths.jsonl")
+    assert drops(traj(created("tools/run_snips.py", other), desc=DESC, facts=facts), "ignore_script") == {}
+    got = extract("Judge calls: temperature 0 only please, and at most 4 per explanation. The audit rejects more. — Dana")
+    assert [(d.kind, d.target, d.values.get("v")) for d in got] == [("keep", "temperature", "0")], got

@@ -358,3 +358,24 @@ def test_a_records_description_field_above_its_command_is_that_commands():
     got = provided_scripts(toml)
     assert "Macro-F1 of a checkpoint" in got["scripts/eval_dev.py"] and "Tokenize" not in got["scripts/eval_dev.py"], got
     assert "Tokenize the data" in got["scripts/prep.py"]
+
+
+def test_a_block_headers_quoted_description_and_a_json_states_comment_document_the_command_below():
+    # a Cakefile (set 25's task_309): `task 'name', 'description', ->` above `exec '…'` (a path in the description is a
+    # reference); AWS Step Functions (set 25's task_307): each state's "Comment" above its "Parameters" command, and the
+    # next state's `"Probe": {` ends the entry above
+    cake = ("# Task\nDo it.\n\n## Scripts\n```coffee\ntask 'exec', 'Run every dev snippet in the sandbox (2 s limit each)', ->\n"
+            "  exec 'python scripts/exec_snippet.py --in data/dev.jsonl --out outputs/exec.jsonl'\n\n"
+            "task 'meta', 'Grade the dev explanations with grader/grade.py against the replicas', ->\n"
+            "  exec 'python scripts/run_meta.py --ports 8001,8002 --out outputs/meta_dev.jsonl'\n```\n")
+    got = provided_scripts(cake)
+    assert "Run every dev snippet" in got["scripts/exec_snippet.py"] and "Grade the dev" in got["scripts/run_meta.py"], got
+    assert "grader/grade.py" not in got
+    sfn = ('# Task\nDo it.\n\n## Scripts\n```json\n{\n  "States": {\n    "Unit": {\n      "Comment": "40 completions against '
+           'src/reward.py; prints each mismatch (CPU, seconds)",\n      "Type": "Task",\n      "Parameters": {"Command": '
+           '"python scripts/unit_cases.py --cases data/unit_cases.yaml"},\n      "Next": "Train"\n    },\n    "Train": {\n'
+           '      "Comment": "Fixed GRPO recipe on all 8 GPUs (about 3 h)",\n      "Type": "Task",\n      "Parameters": '
+           '{"Command": "bash scripts/train_grpo.sh src/reward.py outputs/grpo"},\n      "End": true\n    }\n  }\n}\n```\n')
+    got = provided_scripts(sfn)
+    assert "40 completions" in got["scripts/unit_cases.py"] and "GRPO" not in got["scripts/unit_cases.py"], got
+    assert "Fixed GRPO recipe" in got["scripts/train_grpo.sh"] and "src/reward.py" not in got

@@ -231,6 +231,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     para: list[str] = []  # this fence's current paragraph: its lines so far
     para_named, helps = False, {}  # a script named in it; the name → text of each header paragraph that named none
     orphan: str | None = None  # in a fence, the line just read if it documented no script
+    orphan_at = 0  # its indent
     doc_quote: str | None = None  # inside a docstring of a code block: its quotes
     carry: list[str] = []  # the comments of the last comment-only paragraph of this fence, for the next command
     paras = 0  # paragraphs of this fence read so far
@@ -306,7 +307,8 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         if _RULE_LINE_RE.fullmatch(text):  # a heading's underline, a table's separator, a code fence
             continue
         indent = len(line) - len(line.lstrip())
-        if fence and last and (above is not False or inline_doc) and not hashed and raw_indent < last_indent:
+        if fence and last and (above is not False or inline_doc or text.endswith(("{", "["))) and not hashed and \
+                raw_indent < last_indent:  # (round 32: or a less indented line that opens a record, JSON's `"Probe": {`)
             last = None  # (round 29) under comment-documented commands, a line less indented than the command is the
             # next entry's (a Bitbucket Pipelines step's "- step:" / "name:" after the script line above; round 31: after
             # a command with its `# comment` on its line, a Woodpecker step's "units:" / "image:")
@@ -333,6 +335,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         m = None if text.startswith("#") or (last and _DOES_LABEL_RE.match(text)) else _SCRIPT_PATH_RE.search(line)
         if m is not None and _DESC_KEY_RE.search(line, 0, m.start()):
             m, text = None, "# " + text  # a script a description value names: a reference (and no usage words)
+        if m is not None and fence and _BLOCK_HEAD_RE.search(text) and line[:m.start()].count("'") % 2 + \
+                line[:m.start()].count('"') % 2:
+            m = None  # (round 32) a path in the quoted description of a block's header is a reference (the Cakefile's
+            # `task 'meta', 'Grade … with grader/grade.py …', ->`)
         if tree and (m is None or m.start() != indent):
             m = None  # (a tree entry that is no script: its line names scripts only as references)
             last = None
@@ -344,6 +350,11 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
                     rf"(?<![\w-]){re.escape(key.group(1))}(?![\w-])", was_orphan):
                 # (round 28) in a fence, the line right above that declares the name this line defines documents its
                 # script (an sbt build's `lazy val grpo = taskKey[Unit]("…")` above `grpo := { "bash scripts/…".! }`)
+                above_doc = was_orphan
+            elif was_orphan and fence and not comment and not preface and raw_indent > orphan_at and \
+                    _BLOCK_HEAD_RE.search(was_orphan):
+                # (round 32) the header of the block this line opens, with its quoted description (a Cakefile's `task
+                # 'exec', 'Run every dev snippet …', ->` above `exec 'python scripts/exec_snippet.py …'`)
                 above_doc = was_orphan
             if fence and not para_named and len(para) > 1 and (h := _SECTION_HEAD_RE.fullmatch(para[0].strip())) and (
                     h.group(2) in helps and helps[h.group(2)][0] != h.group(1)):
@@ -378,6 +389,7 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
         elif not last or (_ITEM_RE.match(line) and not text.startswith("#")):
             last = None  # (a new list item or table row that names no script documents none)
             orphan = text if fence and not text.startswith(("#", "--")) else None  # (`//` lines are `#` by now)
+            orphan_at = raw_indent
             continue
         elif item and not (text.startswith("#") or line[:1].isspace()):
             continue  # a list item continues on indented lines only ("All scripts log to outputs/." is the list's)
@@ -396,8 +408,14 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
+# (round 32) a block's header with a quoted description at its end (`task 'exec', 'Run every dev snippet …', ->`, `desc
+# "…" do`, `"serve": "…" {`)
+_BLOCK_HEAD_RE = re.compile(r"""['"][^'"]{12,}['"]\s*,?\s*(?:->|=>|\{|\bdo\b(?:\s*\|[^|]*\|)?|:)\s*$""")
+# (round 32) a block's header with a quoted description at its end (`task 'exec', 'Run every dev snippet …', ->`, `desc
+# "…" do`, `"serve": "…" {`)
+_BLOCK_HEAD_RE = re.compile(r"""['"][^'"]{12,}['"]\s*,?\s*(?:->|=>|\{|\bdo\b(?:\s*\|[^|]*\|)?|:)\s*$""")
 # (round 31) a record's description field in a code block (YAML/TOML: "description: …", "help = '…'"), not a block scalar
-_DESC_FIELD_RE = re.compile(r"(?i)(?:-\s+)?(?:description|desc|help|summary|about)\s*[:=]\s*(?![|>][-+]?\s*$)\S")
+_DESC_FIELD_RE = re.compile(r"(?i)(?:-\s+)?[\"']?(?:description|desc|help|summary|about|comment)[\"']?\s*[:=]\s*(?![|>][-+]?\s*$)\S")
 _DEF_LINE_RE = re.compile(r"\s*(?:async\s+)?def\s+\w+\s*\(.*:\s*$")  # a Python/Starlark function's first line
 _RECORD_OPEN_RE = re.compile(r"[=:,\[\s]*\{\s*\"?\w+\"?\s*[=:]")  # a record's first line: "{ name = …" after "[", "," or "="
 _DEFINES_RE = re.compile(r"([A-Za-z_][\w-]*)\s*(?::=|=|:)\s*\S")  # "grpo := { … }": the name a line defines

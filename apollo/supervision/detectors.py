@@ -607,6 +607,8 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             return s  # dev_acc.py / "dev accuracy with vLLM"
         if writes and any(rx.match(w) for rx in _doc_outputs(doc) for w in writes):
             return s  # it makes the file the provided script is there to make
+        if writes and _variant_of_output(doc, content, writes):
+            return s  # (round 32) a variant of it (outputs/exec_mine.jsonl beside exec.jsonl) from the same input
         if len(named) == 1 and _distinctive_doc_word(f, s, next(iter(named))):
             return s  # ndcg_quick.py / "beir_dev.py: nDCG@10 and recall@100 of a checkpoint on the dev sets"
         if any(t not in _CAMEL_STOP and re.search(rf"\b{t}", content) for t in _CAMEL_RE.findall(doc)):
@@ -617,6 +619,23 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             if len(hits) >= 3 and 2 * len(hits) >= len(sig):
                 return s  # tidy_pairs.py doing select_pairs.py's --min_labse/--max_len_ratio/--drop_copies/--dedup
     return _same_metrics(f, content, uses_model) or (_own_sampler(f, content) if uses_model else None)
+
+
+def _variant_of_output(doc: str, content: str, writes: list[str]) -> bool:
+    """(round 32) A created script writes a variant of the file a provided script's usage writes (``outputs/exec_mine.jsonl``
+    beside ``--out outputs/exec.jsonl``: same folder, its name's first word the file's stem) and reads the input that usage
+    names (``--in data/dev.jsonl``): that script's job done again."""
+    outs = [m for m in _DOC_PATH_RE.findall(" ".join(_OUT_ARG_RE.findall(doc))) if "<" not in m and "{" not in m]
+    ins = {p for p in _DOC_PATH_RE.findall(_OUT_ARG_RE.sub("", doc)) if re.match(r"data/", p)}
+    reads = {a or b for a, b in _OPEN_READ_RE.findall(content)}
+    if not outs or not ins & reads:
+        return False
+    for o in outs:
+        folder, stem = os.path.split(o)[0], os.path.basename(o).split(".", 1)[0]
+        if len(stem) >= 4 and any(os.path.split(w)[0] == folder and w != o and re.match(rf"{re.escape(stem)}_\w", os.path.basename(w))
+                                  for w in writes):
+            return True
+    return False
 
 
 _CAMEL_RE = re.compile(r"\b[A-Z][a-z]{2,}[A-Z][A-Za-z]+\b")  # a method's or library's name in a script's line (MinHash)
@@ -1117,9 +1136,16 @@ def _serial_flag(f: Facts, i: int) -> str | None:
         bs = next((fl for fl in flags if _ONE_BATCH_FLAG_RE.match(fl) and flags[fl] == "1" and fl not in shown), None)
         if bs and _DEV_CHECK_NAME_RE.search(s) and gpu_job(f, i)[0]:
             return f"runs {s} with {bs} 1: one example per forward pass"
+        # (round 32) a concurrency of 1 or 2 for a client whose line sends batched async requests and shows no concurrency
+        # (`write_items.py … --concurrency 2`: "batched async requests to both replicas")
+        few = next((fl for fl in flags if _CONCURRENCY_FLAG_RE.match(fl) and flags[fl] in ("1", "2") and fl not in shown), None)
+        if few and _ASYNC_DOC_RE.search(doc):
+            return f"runs {s} with {few} {flags[few]} where its line sends batched async requests: {flags[few]} at a time"
     return None
 
 
+_CONCURRENCY_FLAG_RE = re.compile(r"--(?:max[_-])?concurren(?:cy|t)(?:[_-]requests)?$")
+_ASYNC_DOC_RE = re.compile(r"(?i)\basync(?:hronous)?\b|\bconcurrent(?:ly)?\b|\bin\s+flight\b|\bbatched\b[^.;]{0,30}\brequests\b")
 _ONE_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?|(?:max[_-])?concurrency)$")
 
 
@@ -1605,10 +1631,12 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
         return True
     if any(covers(o, e) for o in outs for e in f.eval_inputs):
         return True
-    later = " ".join(f.command(j) + " " + str(f.args[j].get("content", "")) for j in range(i + 1, end)
-                     if f.writes[j] and not _prints_only(f, j))  # (round 13: a dev scorer reading it changes nothing)
-    if any(o in later or os.path.basename(o) in later for o in outs):
+    uses = [(f.command(j) + " " + str(f.args[j].get("content", "")), _run_writes(f, j)[0] if f.tools[j] == "run_command"
+             else set()) for j in range(i + 1, end) if f.writes[j] and not _prints_only(f, j)]
+    # (round 13: a dev scorer reading it changes nothing; round 32: nor a later run that writes it again, its own --out)
+    if any((o in text or os.path.basename(o) in text) and o not in made for text, made in uses for o in outs):
         return True
+    later = " ".join(text for text, _ in uses)
     # a file derived from it and named after it (swap.json → swap.checked.json, made by a checker in the same line)
     stems = {os.path.basename(o).split(".", 1)[0] for o in outs} - {""}
     return any(len(st) >= 3 and re.search(rf"(?:^|[\s/='\"]){re.escape(st)}\.\w+\.\w+", later) for st in stems)
@@ -1919,10 +1947,79 @@ def _fewer_replicas(f: Facts, i: int) -> str | None:
             started = [int(n) for j in f.jobs_before[i] if j.server
                        for k, n in _REPLICAS_TP_ENV_RE.findall(j.command) if k == "REPLICAS"] + [
                 int(n) for j in f.jobs_before[i] if j.server for n in _REPLICAS_FLAG_RE.findall(j.command)]  # (round 29)
+            one = _one_replica_servers(f, i)
+            if one and len(one) <= used:
+                started.append(len(one))  # (round 32) each launch of a one-replica server script is one replica
             if used < listed and not any(n <= used for n in started) and not _ports_named(f, i, got):
                 # (the agent started that few: the server's waste; round 31: the ports a human pointed it at are theirs)
                 return f"runs {s} with {fl} {got}: {used} of the {listed} served replicas its usage line lists, the others idle"
     return None
+
+
+_ONE_REPLICA_DOC_RE = re.compile(r"(?i)\b(?:one|a single)\b[^.;]{0,40}\breplica\b")
+
+
+def _one_replica_servers(f: Facts, i: int) -> list[int]:
+    """(round 32) The steps of the servers up before step ``i`` that a script starts one replica at a time ("Start one 32B
+    replica on the two GPUs given; the second uses 2,3 and port 8002")."""
+    return [j.step for j in f.jobs_before[i] if j.server and any(
+        _ONE_REPLICA_DOC_RE.search(f.script_docs.get(s, "")) for s in f.script_runs(j.step))]
+
+
+def _another_replica(f: Facts, i: int, j: Any) -> bool:
+    """(round 32) Server launch ``i`` starts another replica beside server ``j`` of a one-replica-per-launch script
+    (`serve_reader.sh 2,3 8002` beside `serve_reader.sh 0,1 8001`): other GPUs and port, not a duplicate."""
+    return j.server and f.is_server(i) and " ".join(f.command(i).split()) != " ".join(j.command.split()) and any(
+        _ONE_REPLICA_DOC_RE.search(f.script_docs.get(s, "")) for s in f.script_runs(i))
+
+
+def _replicas_left_unstarted(f: Facts, i: int) -> str | None:
+    """(round 32) Server launch ``i`` of a one-replica-per-launch script whose clients' usage lines list more replicas
+    (``run_dev.py --ports 8001,8002``), where the agent never starts another while this one is up and the pool has the
+    GPUs for it: the served share of the pool idles (the client on the one port is no fault of its own)."""
+    if not any(_ONE_REPLICA_DOC_RE.search(f.script_docs.get(s, "")) for s in f.script_runs(i)):
+        return None
+    ids = re.search(r"(?<![\w,.-])(\d(?:,\d)+)(?![\w,.-])", f.command(i))  # `serve_reader.sh 0,1 8001`: the GPUs given
+    pool, used = f.gpus or 0, gpu_job(f, i)[1] or gpus_used(f.command(i)) or (len(ids.group(1).split(",")) if ids else 0)
+    listed = max((len(default.split(",")) for s in f.scripts for fl, default in getattr(signature(f.script_docs.get(s, "")),
+                                                                                         "flags", ())
+                  if _PORTS_FLAG_RE.match(fl) and "," in default), default=0)
+    sid, runs = f.session(i), set(f.script_runs(i))
+    up = 1 + sum(1 for j in f.jobs_before[i] if j.server and runs & set(f.script_runs(j.step)))  # replicas up with it
+    if not used or listed < 2 or used * listed > pool or up >= listed:
+        return None
+    for k in range(i + 1, f.n):
+        if f.tools[k] == "kill_session_processes" and f.session(k) == sid:
+            return None  # (stopped: what came after is judged on its own)
+        if f.tools[k] == "run_command" and f.oks[k] and k != i and runs & set(f.script_runs(k)):
+            return None  # another replica (or this one again)
+    return f"started {up} replica(s) of the {listed} its clients' usage lines list and never the others, on {used * up} of " \
+        f"{pool} GPUs"
+
+
+def _rest_started_next(f: Facts, i: int, within: int = 5) -> bool:
+    """(round 32) Within the next few steps, before any wait, the agent starts the same script again in the background
+    on GPUs of its own (`for i in 4 5 6 7; do CUDA_VISIBLE_DEVICES=$i … --shard $i` after shards 0-3): the first launch
+    was one half of a split, not a job left on part of the pool."""
+    runs, mine = set(f.script_runs(i)), _device_ids(f.command(i))
+    if not mine:
+        return False
+    for k in range(i + 1, min(f.n, i + 1 + within)):
+        if f.tools[k] == "sleep" or (f.tools[k] == "kill_session_processes" and f.session(k) == f.session(i)):
+            return False
+        if f.tools[k] == "run_command" and f.oks[k] and f.background(k) and runs & set(f.script_runs(k)) \
+                and (theirs := _device_ids(f.command(k))) and not mine & theirs:
+            return True
+    return False
+
+
+def _device_ids(cmd: str) -> frozenset[str]:
+    """The GPU ids a command pins (``CUDA_VISIBLE_DEVICES=4,5``, or a loop's ``for i in 4 5 6 7; do
+    CUDA_VISIBLE_DEVICES=$i``); empty: none pinned."""
+    if (lp := _DEVICE_LOOP_RE.search(cmd)) is not None:
+        return frozenset(lp.group(2).split())
+    m = _CUDA_DEV_RE.search(cmd)
+    return frozenset(d.strip() for d in m.group(1).split(",") if d.strip()) if m else frozenset()
 
 
 def _ports_named(f: Facts, i: int, ports: str) -> bool:
@@ -1970,11 +2067,13 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             gpu, used = gpu_job(f, i) if pool and pool >= 2 else (False, None)
             twin = next((j for j in f.jobs_before[i] if runs and f.background(i) and j.session != f.session(i)
                          and set(runs) & set(f.script_runs(j.step)) and not _waited_and_evaluated(f, j, i)
-                         and not _other_inputs(f, i, j.step)),
+                         and not _other_inputs(f, i, j.step) and not _another_replica(f, i, j)),
                         None) if gpu or f.is_server(i) else None
             if twin is None and runs and f.background(i):  # (round 20) any job started again, word for word but its output
+                key = _lead_key(_run_key(f, i))
                 twin = next((j for j in f.jobs_before[i] if j.session != f.session(i) and not j.server
-                             and _lead_key(_run_key(f, j.step)) == _lead_key(_run_key(f, i))
+                             and (_lead_key(_run_key(f, j.step)) == key  # (round 32: or a part of a chained command)
+                                  or key in re.split(r"\s*&&\s*", _run_key(f, j.step)))
                              and not _waited_and_evaluated(f, j, i)), None)
             if p.flag_reruns and is_job and cmd in done_cmds:
                 out.append(_drop(i, "resource_waste",
@@ -2004,10 +2103,11 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                                                       f"{pool} were free"))
             elif p.flag_gpu_underuse and runs and (few := _fewer_replicas(f, i)):
                 out.append(_drop(i, "resource_waste", few))
-            elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (srv := _lone_server(f, i, pool)):
+            elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (
+                    srv := _lone_server(f, i, pool) or _replicas_left_unstarted(f, i)):
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
-                    and not _documented_count(f, i, used) \
+                    and not _documented_count(f, i, used) and not _rest_started_next(f, i) \
                     and not f.is_server(i) and not any(_short_check(f, s) for s in runs if s not in _lowered_gpu_flags(f, i)) \
                     and not any(one_at_a_time(f.known_code[i].get(s, "")) for s in runs):
                 # (a server is shared infrastructure: how many GPUs it takes is a split, not a waste)

@@ -2375,7 +2375,12 @@ def generic_constraints(sent: str) -> list[Directive]:
         if _COUNT_UNITS_RE.match(post):
             continue  # "40,000 examples", "80 words": a count or a goal in other units, not a key's value
         extra = {"pct": "1"} if pct else {}
-        if _G_POST_LE.match(post):
+        prev = max((sb for sb in subs if sb[1] <= m.start()), key=lambda sb: sb[1], default=None)
+        if re.match(r"(?i)\s*(?:[a-z]+\s+)?per\s+[a-z]", post) and prev is not None and "," in sent[prev[1]:m.start()]:
+            continue  # (round 32) "temperature 0 only please, and at most 4 per explanation": a count per item, not the key's
+        if prev is not None and re.match(r"(?i)\s+only\b", post) and _G_ADJ_RE.fullmatch(sent[prev[1]:m.start()]):
+            found.append((m.start(), "", "", "keep", {"v": v, **extra}))  # (round 32) "temperature 0 only"
+        elif _G_POST_LE.match(post):
             found.append((m.start(), "", "", "bound", {"op": "le", "v": v, **extra}))
         elif _G_POST_GE.match(post):
             found.append((m.start(), "", "", "bound", {"op": "ge", "v": v, **extra}))
