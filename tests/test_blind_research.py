@@ -174,8 +174,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # 0.97 / 0.95 after round 31
     ("blind_research24", "test", 66, 0.90, 0.88),  # round 31 (tuned on its dev split only): 0.94 / 0.92 at 483ee48, measured
                                                    # once (held out: 0.87 / 0.92)
-    ("blind_research25", None, 136, 0.89, 0.85),   # written and labeled after round 31 (tuned on set 24's dev split): 0.92 /
-                                                   # 0.88 on all 486 actions at 5659045, held out (round 30: 0.91 / 0.87)
+    ("blind_research25", None, 136, 0.90, 0.87),   # written and labeled after round 31 (tuned on set 24's dev split): 0.92 /
+                                                   # 0.88 on all 486 actions at 5659045, held out (round 30: 0.91 / 0.87);
+                                                   # 0.93 / 0.90 after round 32
+    ("blind_research25", "test", 69, 0.88, 0.80),  # round 32 (tuned on its dev split only): 0.92 / 0.84 at 4afa2f4, measured
+                                                   # once (held out: 0.94 / 0.86)
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
