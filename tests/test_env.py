@@ -379,3 +379,15 @@ def test_a_block_headers_quoted_description_and_a_json_states_comment_document_t
     got = provided_scripts(sfn)
     assert "40 completions" in got["scripts/unit_cases.py"] and "GRPO" not in got["scripts/unit_cases.py"], got
     assert "Fixed GRPO recipe" in got["scripts/train_grpo.sh"] and "src/reward.py" not in got
+
+
+def test_a_desc_line_above_a_lane_documents_the_command_in_it():
+    # a fastlane Fastfile (set 26's task_311), like a Rakefile (set 17's task_242): `desc "…"` above `lane :x do`, then
+    # the command; before, the lines after a command ran into the next lane's desc instead
+    desc = ('# Task\nDo it.\n\n## Scripts\n```ruby\ndesc "Start REPLICAS vLLM replicas (tensor parallel 2 each) on ports 8001..."\n'
+            'lane :serve do |options|\n  sh("bash scripts/serve.sh #{options[:replicas]}")\nend\n\n'
+            'desc "Fixed SFT recipe on all 8 GPUs (torchrun; about 70 min)"\nlane :train do\n'
+            '  sh("bash scripts/train_sft.sh outputs/sft.jsonl outputs/sft")\nend\n```\n')
+    got = provided_scripts(desc)
+    assert "Start REPLICAS vLLM replicas" in got["scripts/serve.sh"] and "SFT" not in got["scripts/serve.sh"], got
+    assert "on all 8 GPUs" in got["scripts/train_sft.sh"]

@@ -415,7 +415,8 @@ _BLOCK_HEAD_RE = re.compile(r"""['"][^'"]{12,}['"]\s*,?\s*(?:->|=>|\{|\bdo\b(?:\
 # "…" do`, `"serve": "…" {`)
 _BLOCK_HEAD_RE = re.compile(r"""['"][^'"]{12,}['"]\s*,?\s*(?:->|=>|\{|\bdo\b(?:\s*\|[^|]*\|)?|:)\s*$""")
 # (round 31) a record's description field in a code block (YAML/TOML: "description: …", "help = '…'"), not a block scalar
-_DESC_FIELD_RE = re.compile(r"(?i)(?:-\s+)?[\"']?(?:description|desc|help|summary|about|comment)[\"']?\s*[:=]\s*(?![|>][-+]?\s*$)\S")
+_DESC_FIELD_RE = re.compile(r"(?i)(?:-\s+)?[\"']?(?:description|desc|help|summary|about|comment)[\"']?\s*[:=]\s*(?![|>][-+]?\s*$)\S"
+                            r"|(?:desc|description)\s*\(?\s*[\"'][^\"']{12,}")  # (round 33: a Fastfile's `desc "…"` line)
 _DEF_LINE_RE = re.compile(r"\s*(?:async\s+)?def\s+\w+\s*\(.*:\s*$")  # a Python/Starlark function's first line
 _RECORD_OPEN_RE = re.compile(r"[=:,\[\s]*\{\s*\"?\w+\"?\s*[=:]")  # a record's first line: "{ name = …" after "[", "," or "="
 _DEFINES_RE = re.compile(r"([A-Za-z_][\w-]*)\s*(?::=|=|:)\s*\S")  # "grpo := { … }": the name a line defines

@@ -880,6 +880,7 @@ _CONCURRENT_RE = re.compile(r"ThreadPoolExecutor|ProcessPoolExecutor|\basyncio\b
 _GATHER_RE = re.compile(r"\basyncio\.gather\b|\bgather\(|create_task\(|TaskGroup\(|as_completed\(|Semaphore\(|"
                         r"ThreadPoolExecutor|ProcessPoolExecutor|\bPool\(|\.map\(")
 _PER_ITEM_METHOD_RE = re.compile(r"^(?:\w+_one|\w+_single|predict|classify|score|infer)$")
+_CLIENT_METHODS = frozenset({"chat", "complete", "completion", "generate", "sample", "ask", "query", "call", "request", "judge"})
 _CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.post\(|\bhttpx\.post\(|\burlopen\(")
 
 
@@ -976,6 +977,8 @@ def one_at_a_time(code: str) -> str | None:
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             src = ast.unparse(node.func)
+            if clients and _root_name(node.func) in clients and node.func.attr in _CLIENT_METHODS:
+                return f"calls its client's {src}() once per item in a loop, with no concurrency"  # (round 33)
             if node.func.attr == "generate" and uses_vllm and not _batched_arg(node, body):
                 return f"calls vLLM's {src}() once per prompt inside a loop instead of one batched call"
             if node.func.attr == "generate" and hf:
@@ -1898,7 +1901,8 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
 
 
 SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (see _short_check)
-_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)|\((?:one|1|(?:a\s+)?single)\s+GPU\)")
+_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)"
+                             r"|\((?:one|1|(?:a\s+)?single)\s+GPU\b(?!s)[^()]*\)")  # (round 33: "(one GPU, about 6 min)")
 
 
 def _short_check(f: Facts, script: str) -> bool:
@@ -1950,6 +1954,9 @@ def _fewer_replicas(f: Facts, i: int) -> str | None:
             one = _one_replica_servers(f, i)
             if one and len(one) <= used:
                 started.append(len(one))  # (round 32) each launch of a one-replica server script is one replica
+            counted = [n for j in _servers_launched(f, i) if (n := _replica_arg(f, j)) is not None]
+            if counted:
+                started.append(sum(counted))  # (round 33) `serve_judge.sh 2`: the replicas its count argument asks for
             if used < listed and not any(n <= used for n in started) and not _ports_named(f, i, got):
                 # (the agent started that few: the server's waste; round 31: the ports a human pointed it at are theirs)
                 return f"runs {s} with {fl} {got}: {used} of the {listed} served replicas its usage line lists, the others idle"
@@ -1971,6 +1978,56 @@ def _another_replica(f: Facts, i: int, j: Any) -> bool:
     (`serve_reader.sh 2,3 8002` beside `serve_reader.sh 0,1 8001`): other GPUs and port, not a duplicate."""
     return j.server and f.is_server(i) and " ".join(f.command(i).split()) != " ".join(j.command.split()) and any(
         _ONE_REPLICA_DOC_RE.search(f.script_docs.get(s, "")) for s in f.script_runs(i))
+
+
+def _servers_launched(f: Facts, i: int) -> list[int]:
+    """(round 33) The server launches before step ``i`` that nothing stopped or replaced in their session since (a server's
+    log that shows it up, "Application startup complete", does not end it)."""
+    out = []
+    for j in range(i):
+        if f.tools[j] == "run_command" and f.oks[j] and f.background(j) and f.is_server(j) and not any(
+                (f.tools[k] == "kill_session_processes" or (f.tools[k] == "run_command" and f.background(k)))
+                and f.session(k) == f.session(j) for k in range(j + 1, i)):
+            out.append(j)
+    return out
+
+
+def _replica_arg(f: Facts, i: int) -> int | None:
+    """(round 33) The replica count a server launch passes as the number right after its script (`serve_judge.sh 2`,
+    `serve_writer.sh 1`) where the script's line speaks of replicas ("Four vLLM replicas …", "Start REPLICAS vLLM
+    replicas"); None: no such count."""
+    for s in f.script_runs(i):
+        if re.search(r"(?i)\breplicas\b", f.script_docs.get(s, "")) and (
+                m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=\s|$)", f.command(i))):
+            return int(m.group(1))
+    return None
+
+
+def _replica_count_lowered(f: Facts, i: int) -> str | None:
+    """(round 33) Server launch ``i`` asks for fewer replicas (`serve_judge.sh 2`) than its line documents (`serve_judge.sh
+    4`, "Four vLLM replicas") or its clients' lines list ports for (`--ports 8001,8002,8003,8004`), the pool has the GPUs
+    for them, and no other launch of the script runs beside it: the rest of the pool idles."""
+    n = _replica_arg(f, i)
+    if n is None:
+        return None
+    runs = f.script_runs(i)
+    documented = max([int(m.group(1)) for s in runs if (m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=[\s\"',)]|$)",
+                                                                       f.script_docs.get(s, "")))] +
+                     [len(default.split(",")) for s in f.scripts for fl, default in getattr(signature(
+                         f.script_docs.get(s, "")), "flags", ()) if _PORTS_FLAG_RE.match(fl) and "," in default], default=0)
+    each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
+    pool = f.gpus or 0
+    if n >= documented or pool < 2 or documented * each > pool:
+        return None
+    sid, up = f.session(i), set(runs)
+    if any(j.server and up & set(f.script_runs(j.step)) for j in f.jobs_before[i]):
+        return None
+    for k in range(i + 1, f.n):
+        if f.tools[k] == "kill_session_processes" and f.session(k) == sid:
+            break
+        if f.tools[k] == "run_command" and f.oks[k] and up & set(f.script_runs(k)):
+            return None
+    return f"started {n} of the {documented} replicas its line documents ({n * each} of {pool} GPUs), the rest idle"
 
 
 def _replicas_left_unstarted(f: Facts, i: int) -> str | None:
@@ -2104,7 +2161,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif p.flag_gpu_underuse and runs and (few := _fewer_replicas(f, i)):
                 out.append(_drop(i, "resource_waste", few))
             elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (
-                    srv := _lone_server(f, i, pool) or _replicas_left_unstarted(f, i)):
+                    srv := _lone_server(f, i, pool) or _replicas_left_unstarted(f, i) or _replica_count_lowered(f, i)):
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) and not _rest_started_next(f, i) \

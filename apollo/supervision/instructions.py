@@ -105,6 +105,7 @@ grammar does not: paraphrased advice, goals, judgement calls.
 
 from __future__ import annotations
 
+import os
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -220,6 +221,8 @@ COUNT_AT_RE = re.compile(rf"(?i)\b({_UNITS}|set)\s+(?:at|to)\s+{_NUM}"
                          rf"\s+or\s+(fewer|less|more)\b")
 _KEEP_IT_RE = re.compile(r"(?i)\bkeep\s+it\s+(?:at|to|under|below)\s+(\d+(?:\.\d+)?)\s+or\s+(below|lower|less|fewer|under|above|"
                          r"higher|more)\b")
+# (round 33) a message's heading before a colon, its last word the key ("Teacher threshold: …", "Max tokens: …")
+_TOPIC_HEAD_RE = re.compile(r"\s*(?:[A-Za-z][\w-]*\s+){0,3}([A-Za-z][a-z_]{3,})\s*:\s")
 _KEEP_IT_UNDER_RE = re.compile(r"(?i)\bkeep\s+it\s+(?:under|below|at\s+most|to\s+at\s+most)\s+(\d+(?:\.\d+)?)\s+([a-z]{3,})\s+per\s+"
                                r"(?:question|item|example|task|turn|episode|request|step|sample)\b")
 _PER_UNIT_RE = re.compile(r"(?i)\b([a-z]{3,})\s+per\s+(?:question|item|example|task|turn|episode|call|request|step|sample)\b")
@@ -236,7 +239,9 @@ ONLY_THROUGH_RE = re.compile(rf"(?i)\b(?:use|read|touch|access)\s+(?:the\s+)?`?{
                              rf"(?:python3?\s+)?`?{_PATH}")
 # "leave scripts/run_dev.py exactly as shipped", "keep agent/harness.py as is", "leave X untouched"
 LEAVE_AS_IS_RE = re.compile(rf"(?i)\b(?:leave|keep)\s+(?:the\s+file\s+)?`?{_PATH}`?\s+(?:exactly\s+|completely\s+)?"
-                            r"(?:as\s+(?:shipped|is|it\s+is|provided|given)|untouched|unchanged|alone)\b")
+                            r"(?:as\s+(?:shipped|is|it\s+is|provided|given)|untouched|unchanged|alone)\b"
+                            # (round 33) "every model call goes through agent/client.py, unmodified"
+                            rf"|\bthrough\s+`?{_PATH}`?\s*(?:,|\(|-|—)?\s*(?:unmodified|unchanged|untouched|as\s+shipped)\b")
 # a command the human rules out by its verb: "do NOT symlink", "no symlinks", "don't pip install anything"
 _FORBID_CMD = ((re.compile(rf"(?i)\b{_NEG}\s+(?:use\s+)?sym-?links?\b|\bno\s+sym-?links\b"), r"\bln\s+-\w*s"),
                (re.compile(rf"(?i)\b{_NEG}\s+pip\s+install\b|\bno\s+(?:new\s+)?pip\s+installs?\b"), r"\bpip3?\s+install\b"))
@@ -632,6 +637,14 @@ def _extract(text: str) -> tuple[Directive, ...]:
         out.append(Directive("bound", rf"(?:^|_){re.escape(u.group(2).lower().rstrip('s'))}s?(?:_|$)",
                              {"op": "le", "v": u.group(1), "match": "regex", "topic": f"{u.group(2)} per question"}, 0,
                              text[max(0, u.start() - 60):u.end()].strip()))
+    if it and not _PER_UNIT_RE.search(text, 0, it.start()) and (head := _TOPIC_HEAD_RE.match(text)):
+        # (round 33) "Teacher threshold: please keep it at 0.6 or higher": "it" is the message's heading (its last word
+        # names the key: --threshold)
+        word = re.escape(head.group(1).lower())
+        up = it.group(2).lower() in ("below", "lower", "less", "fewer", "under")
+        out.append(Directive("bound", rf"(?:^|_){word}(?:_|$)", {"op": "le" if up else "ge", "v": it.group(1), "match": "regex",
+                                                               "topic": head.group(0).rstrip(": ")}, 0,
+                             text[max(0, it.start() - 60):it.end()].strip()))
     if it and (per := [m for m in _PER_UNIT_RE.finditer(text, 0, it.start())]):
         # "~30 calls per question … keep it at 24 or below": "it" is the last "X per Y" before it (MAX_CALLS)
         word = re.escape(per[-1].group(1).lower().rstrip("s"))
@@ -669,7 +682,7 @@ def _extract(text: str) -> tuple[Directive, ...]:
             if re.search(r"(?i)\breserved\b|\bonly\b", sent) and re.search(r"\.(?:py|sh)$", m.group(2)):
                 out.append(d("forbid_read", norm_path(m.group(1)), {"except": norm_path(m.group(2))}))
         for m in LEAVE_AS_IS_RE.finditer(sent):  # (round 13) "leave scripts/run_dev.py exactly as shipped"
-            out.append(d("forbid_write", norm_path(m.group(1))))
+            out.append(d("forbid_write", norm_path(m.group(1) or m.group(2))))
         for verb, rx in _FORBID_CMD:  # (round 13) "copy the weights, do NOT symlink"
             if verb.search(sent):
                 out.append(d("forbid_cmd", rx))
@@ -982,9 +995,18 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     if m:  # "Run probe_reward.py after every reward change, before any training"
         head = sent[:m.start()]  # (round 30: the script a verb runs, not a file the change names: "after every change
         # to src/loss.py, run scripts/smoke_loss.py before …")
-        sm = re.search(r"\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", head) or \
-            re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", head)
-        after = None if sm else re.match(r"[^.;!?]{0,12}?\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b",
+        sm = re.search(r"\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", head)
+        wm = None if sm else re.search(r"(?i)\b(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?([a-z][\w-]*)\s+(?:test|check|probe)s?\b", head)
+        if wm is not None and wm.group(1).lower() not in _ORDER_STOP:
+            # (round 33) "after every change to src/rec_loss.py or configs/loss.yaml, run the smoke test before anything goes
+            # to the GPUs": a check a word names, after a change of the files the sentence names (their shared word)
+            stems = [set(re.split(r"[_.\-]+", os.path.basename(p).rsplit(".", 1)[0].lower())) - {""}
+                     for p in re.findall(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh|ya?ml|json|toml)\b", head)]
+            common = set.intersection(*stems) if stems else set()
+            topic = max(common, key=len) if common else ""
+            res.append(d("train_needs_check", wm.group(1).lower(), {"word": "1", **({"topic": topic} if topic else {})}))
+        sm = sm or (None if wm is not None else re.search(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", head))
+        after = None if sm or wm is not None else re.match(r"[^.;!?]{0,12}?\b(?:re-?)?run\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b",
                                          sent[m.end():])  # (round 12) "before you start ANY grpo run, rerun S"
         if sm or after:
             each = bool(after) and re.search(r"(?i)\b(?:any|each|every)\b", m.group(0)) is not None
