@@ -216,6 +216,10 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     its own (``{ name = "serve", host = "gpu", cmd = "…" }``); a line declaring a name documents the line right
     below it that defines that name (``lazy val grpo = taskKey[Unit]("…")`` / ``grpo := { "bash …".! }``); a
     function's docstring documents the command in its body (round 29: a Bazel macro's ``args``, an invoke task's ``c.run``).
+    Rounds 31–33: after a command with its ``# comment`` on its own line, or at a line that opens a record
+    (``"Probe": {``), a less indented line starts the next entry; a record's description field (``description: …``,
+    ``"Comment": "…"``, a Fastfile's ``desc "…"``) documents the record's command, whichever comes first; a block
+    header's quoted description (``task 'exec', 'Run every dev snippet …', ->``) documents the command in its block.
     """
     out: dict[str, str] = {}
     last: str | None = None
@@ -408,9 +412,6 @@ def provided_scripts(description: str, workspace: Path | None = None) -> dict[st
     return out
 
 
-# (round 32) a block's header with a quoted description at its end (`task 'exec', 'Run every dev snippet …', ->`, `desc
-# "…" do`, `"serve": "…" {`)
-_BLOCK_HEAD_RE = re.compile(r"""['"][^'"]{12,}['"]\s*,?\s*(?:->|=>|\{|\bdo\b(?:\s*\|[^|]*\|)?|:)\s*$""")
 # (round 32) a block's header with a quoted description at its end (`task 'exec', 'Run every dev snippet …', ->`, `desc
 # "…" do`, `"serve": "…" {`)
 _BLOCK_HEAD_RE = re.compile(r"""['"][^'"]{12,}['"]\s*,?\s*(?:->|=>|\{|\bdo\b(?:\s*\|[^|]*\|)?|:)\s*$""")

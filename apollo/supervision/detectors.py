@@ -887,8 +887,6 @@ _CLIENT_CALL_RE = re.compile(r"\.(?:chat\.)?completions\.create\(|\brequests\.po
 def _loop_iters_batches(loop: Any) -> bool:
     """A ``for`` over batches: ``range(a, b, step)`` or a body that slices ``x[i:i + n]`` (``x[i:min(i + n,
     len(x))]``); not a fixed slice such as ``messages[:2]`` or ``out[0, n:]``."""
-    import ast
-
     it = getattr(loop, "iter", None)
     if isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range" and len(it.args) == 3:
         return True
@@ -907,8 +905,6 @@ def _loop_iters_batches(loop: Any) -> bool:
 def _batched_arg(call: Any, body: list[Any]) -> bool:
     """vLLM's ``generate`` called on a list built per turn (``prompts = [... for i in live]``, or the
     comprehension itself): one batched call per turn of a multi-turn loop, not one prompt at a time."""
-    import ast
-
     if not call.args:
         return False
     a = call.args[0]
@@ -934,8 +930,6 @@ def one_at_a_time(code: str) -> str | None:
     """How a script generates one sample at a time in a loop (None: it does not): transformers
     ``.generate`` per item, vLLM ``llm.generate`` per prompt instead of one batched call, or an API
     client sending requests strictly one after another (no pool, no asyncio)."""
-    import ast
-
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -995,8 +989,6 @@ def serial_forward(code: str) -> str | None:
     """How a script runs a GPU model's forward pass on one item per loop iteration (None: it does not): a
     tokenizer call with tensors for the model, then the model called on them, in the loop's body
     (``enc = tok(r["text"], return_tensors="pt").to("cuda"); p = model(**enc)`` for each row)."""
-    import ast
-
     if "return_tensors" not in code or not (_GPU_CODE_RE.search(code) or "cuda" in code):
         return None
     try:
@@ -1017,8 +1009,6 @@ def serial_forward(code: str) -> str | None:
 
 def _counts_turns(loop: Any) -> bool:
     """A ``for`` over ``range(…)``: the turns of one episode (each waits on the last), not a pass over items."""
-    import ast
-
     it = loop.iter
     return isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range"
 

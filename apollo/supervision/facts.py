@@ -459,9 +459,9 @@ def _any_usage(doc: str) -> str | None:
 
 _WORD_VALUE_RE = re.compile(r"[a-z][a-z0-9_-]*")
 # (round 31) an argv list, `args = ["scripts/eval_dev.py", "--ckpt", "outputs/run/final", "--batch-size", "128"]` (a
-# cargo-make task's, a build file's): the items after the script's path are its usage
+# cargo-make task's, a build file's): the items after the script's path are its usage; (round 33) or a call's string
+# arguments, a magefile's `sh.RunV("python", "scripts/x.py", "--in", "data/a.jsonl")`
 _ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["'](?:\s*,\s*["'][^"'\n]*["'])*)\s*,?\s*[\])]""")
-# (round 33: or a call's string arguments, a magefile's `sh.RunV("python", "scripts/x.py", "--in", "data/a.jsonl")`)
 
 
 def _argv_usage(doc: str) -> str | None:
