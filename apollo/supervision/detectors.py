@@ -1982,6 +1982,13 @@ def _servers_launched(f: Facts, i: int) -> list[int]:
     return out
 
 
+def _listed_ports(f: Facts) -> int:
+    """The most replica ports a provided client's usage line lists (``--ports 8001,8002,8003,8004``: 4; 0: none)."""
+    return max((len(default.split(",")) for s in f.scripts for fl, default in getattr(signature(f.script_docs.get(s, "")),
+                                                                                      "flags", ())
+                if _PORTS_FLAG_RE.match(fl) and "," in default), default=0)
+
+
 def _replica_arg(f: Facts, i: int) -> int | None:
     """(round 33) The replica count a server launch passes as the number right after its script (`serve_judge.sh 2`,
     `serve_writer.sh 1`) where the script's line speaks of replicas ("Four vLLM replicas …", "Start REPLICAS vLLM
@@ -2003,8 +2010,7 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
     runs = f.script_runs(i)
     documented = max([int(m.group(1)) for s in runs if (m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=[\s\"',)]|$)",
                                                                        f.script_docs.get(s, "")))] +
-                     [len(default.split(",")) for s in f.scripts for fl, default in getattr(signature(
-                         f.script_docs.get(s, "")), "flags", ()) if _PORTS_FLAG_RE.match(fl) and "," in default], default=0)
+                     [_listed_ports(f)], default=0)
     each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
     pool = f.gpus or 0
     if n >= documented or pool < 2 or documented * each > pool:
@@ -2028,9 +2034,7 @@ def _replicas_left_unstarted(f: Facts, i: int) -> str | None:
         return None
     ids = re.search(r"(?<![\w,.-])(\d(?:,\d)+)(?![\w,.-])", f.command(i))  # `serve_reader.sh 0,1 8001`: the GPUs given
     pool, used = f.gpus or 0, gpu_job(f, i)[1] or gpus_used(f.command(i)) or (len(ids.group(1).split(",")) if ids else 0)
-    listed = max((len(default.split(",")) for s in f.scripts for fl, default in getattr(signature(f.script_docs.get(s, "")),
-                                                                                         "flags", ())
-                  if _PORTS_FLAG_RE.match(fl) and "," in default), default=0)
+    listed = _listed_ports(f)
     sid, runs = f.session(i), set(f.script_runs(i))
     up = 1 + sum(1 for j in f.jobs_before[i] if j.server and runs & set(f.script_runs(j.step)))  # replicas up with it
     if not used or listed < 2 or used * listed > pool or up >= listed:
