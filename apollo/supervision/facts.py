@@ -776,6 +776,10 @@ def is_false(v: Any) -> bool:
 _UNSET = object()
 
 
+# (round 34) the last line of a traceback: the exception that ended the process ("FileNotFoundError: [Errno 2] …")
+_CRASH_LINE_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$", re.MULTILINE)
+
+
 class cached_property:  # noqa: N801  (functools' name: a drop-in for it)
     """``functools.cached_property`` without its lock: Python 3.11's takes an RLock on every first access
     (3.12 dropped it), a measurable share of the masker's time, which makes one Facts per trajectory and
@@ -1265,8 +1269,13 @@ class Facts:
 
     def _done_at_launch(self, i: int) -> bool:
         """(round 14) A call that waited for its command and was cut at the wait, after the command printed that it
-        wrote the evaluated output ("export: outputs/final <- outputs/grpo/…"): a copy that has done its work."""
-        if is_false(self.args[i].get("wait_for_completion", True)) or not self.eval_inputs:
+        wrote the evaluated output ("export: outputs/final <- outputs/grpo/…"): a copy that has done its work. (round 34)
+        Or one whose output already ends in a Python traceback's exception line: it crashed, nothing of it runs on."""
+        if is_false(self.args[i].get("wait_for_completion", True)):
+            return False
+        if "Traceback (most recent call last)" in self.obs[i] and _CRASH_LINE_RE.search(self.obs[i]):
+            return True
+        if not self.eval_inputs:
             return False
         shown = self.obs[i].split("\n", 1)[-1] if self.obs[i].startswith("$ ") else self.obs[i]
         return bool(_WROTE_LINE_RE.search(shown)) and any(e in shown for e in self.eval_inputs)

@@ -132,6 +132,13 @@ FORBID_DIR_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?{_EDIT_VERB}"
                            r"`?((?:[\w.-]+/)*[\w.-]+)/`?(?!\w)")
 FORBID_RUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?(?:run|us|call|execut|launch|start)\w*\s+(?:the\s+|a\s+|an\s+|any\s+)?"
                            rf"(?:(?:new|more|other|another|further|extra)\s+)?(?:python\s+)?({_PATH[1:-1]}|[\w-]+)")
+# (round 34) "GRPO may not start before 08:00 UTC today" (the clock already read as "before then"): the subject is
+# the job, banned until that time
+SUBJECT_NOT_BEFORE_RE = re.compile(r"(?i)\b([A-Za-z][\w./-]*)\s+(?:jobs?\s+|runs?\s+)?(?:may|must|can|shall|should|is|are)"
+                                   r"(?:\s*not|n'?t)\s+(?:to\s+)?(?:be\s+)?(?:start|run|launch|begin|kick)\w*(?:\s+off)?\s+"
+                                   r"(?:before|until|till)\s+then\b")
+REPLICA_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|only)\s+(?:\d+|one|two|three|four|five|six|seven)\s+"
+                            r"(?:[\w-]+\s+)?(?:replicas|servers|instances|copies)\b")
 FORBID_EVAL_RE = re.compile(rf"(?i)\b(?:{_NEG}\s+(?:calling\s+|to\s+call\s+|call\s+)?eval\w*|no\s+more\s+eval\w*"
                             r"|without\s+(?:another|more|any\s+more)\s+eval\w*)")
 FINISH_RE = re.compile(r"(?i)\bcall\s+finish\b|\bfinish\s+(?:now|the\s+task)\b")
@@ -216,6 +223,7 @@ _UNIT_WORDS = frozenset(_UNITS.split("|"))
 COUNT_RE = re.compile(rf"(?i)(?:\b(at\s+most|no\s+more\s+than|up\s+to|at\s+least|no\s+fewer\s+than|at\s+or\s+(?:below|under)|"
                       rf"at\s+or\s+above)\s+{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b"
                       rf"|\b{_NUM}\s+(?:\w+\s+){{0,2}}?({_UNITS})\s+or\s+(fewer|less|more))")
+_PER_ITEM_RE = re.compile(r"(?i)\s+(?:per|for\s+each|for\s+every|each|a|an)\s+(?!total\b)[a-z]")
 # "Keep the synthetic pairs at 100,000 or fewer"
 COUNT_AT_RE = re.compile(rf"(?i)\b({_UNITS}|set)\s+(?:at|to)\s+{_NUM}"
                          rf"\s+or\s+(fewer|less|more)\b")
@@ -303,6 +311,9 @@ TRAIN_PRECOND_RE = re.compile(r"(?i)\bbefore\s+(?:any|each|every|the\s+next|you|
                               # (round 30) "run S before anything goes to the GPUs", "before any GPU job"
                               r"|\bbefore\s+(?:anything|any\s+job)\s+(?:goes|is\s+sent|gets)\s+(?:on|to|onto)\s+the\s+GPUs?\b"
                               r"|\bbefore\s+(?:any|each|every)\s+GPU\s+(?:jobs?|runs?)\b")
+# (round 34) "nothing goes to the GPUs unless scripts/smoke_prm.py has passed on exactly that version of the loss"
+GPU_UNLESS_RE = re.compile(r"(?i)\b(?:nothing|no\s+job|no\s+run)\s+(?:goes|is\s+sent|gets|may\s+go|can\s+go|runs)\s+(?:on|to|onto)\s+"
+                           r"the\s+GPUs?\s+(?:unless|until|before|without)\s+(?:python3?\s+|bash\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
 # (round 24) "cap the repair loop at 2 retries per question": a bound on the keys its first word or the unit name
 CAP_WORDS_RE = re.compile(r"(?i)\bcap\s+(?:the\s+|your\s+|its\s+)?([a-z][a-z-]{2,20})(?:\s+[a-z][a-z-]{2,20})?\s+(?:at|to)\s+"
                           r"(\d+)\s+([a-z]{3,})\b")
@@ -326,7 +337,10 @@ GPU_EXCLUSIVE_RE = re.compile(r"(?i)\bwhile\s+(?:a\s+|the\s+|any\s+)?(?:training
                               r"on|up)\b[^.;!?]{0,10}?\b(?:don'?t|do\s+not|never|no)\s+(?:put|run|start|launch|schedule)\s+"
                               r"(?:anything|any\s+other\s+\w+|other\s+jobs?|something|more)\s+(?:else\s+)?on\s+(?:the\s+)?(?:GPUs|cards)"
                               r"|\b(?:don'?t|do\s+not|never|no)\s+(?:put|run|start|launch)\s+(?:anything|other\s+jobs?)\s+(?:else\s+)?"
-                              r"on\s+(?:the\s+)?(?:GPUs|cards)\s+while\s+(?:a\s+|the\s+)?(?:training|train|grpo|sft)\b")
+                              r"on\s+(?:the\s+)?(?:GPUs|cards)\s+while\s+(?:a\s+|the\s+)?(?:training|train|grpo|sft)\b"
+                              # (round 34) "All 8 GPUs go to GRPO, and nothing else may run on them while it runs"
+                              r"|\b(?:training|train|grpo|sft)\b[^.;!?]{0,40}?\bnothing\s+else\s+(?:may|can|should|must|is\s+to)\s+"
+                              r"(?:run|go)\s+on\s+(?:them|the\s+GPUs|the\s+cards)\s+while\b")
 ALL_GPUS_RE = re.compile(r"(?i)\b(?:on|use|using|with|across|over)\s+all\s+(?:the\s+|of\s+the\s+)?(\d+|two|three|four|six|eight)\s+"
                          r"(?:GPUs|cards|devices|H100s|A100s)\b")
 # "run it on 4 GPUs please", "train on 2 cards": the GPUs a job is to take (at most: the rest are someone else's)
@@ -713,6 +727,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
                         "other", "higher", "lower", "bigger", "smaller", "fewer", "less", "too", "any", "two",
                         "multiple", "several", "both"):  # ("don't run two dev runs at once": no_concurrent)
                     out.append(d("forbid_run", m.group(1)))
+        if "then" in sent and (m := SUBJECT_NOT_BEFORE_RE.search(sent)) and m.group(1).lower() not in _ORDER_STOP:
+            out.append(d("forbid_run", m.group(1)))
         if FINISH_RE.search(sent) and not any(x.kind == "forbid_eval" for x in out):
             out.append(d("forbid_eval", "unchanged"))
         m = OPEN_BEFORE_EDIT_RE.search(sent)
@@ -890,6 +906,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
             if not COUNT_RE.search(sent):
                 out.append(d("count", m.group(1), {"op": "ge" if m.group(3).lower() == "more" else "le", "v": m.group(2)}))
         for m in COUNT_RE.finditer(sent):
+            if _PER_ITEM_RE.match(sent, m.end()):
+                continue  # (round 34) "at most 8 rows per problem": a rate (a cap key), not the file's row count
             if m.group(1):
                 # "at least 500k en-is pairs": a hyphenated qualifier names the file it is about (en-is.tsv)
                 qual = re.findall(r"\b([a-z0-9]+-[a-z0-9]+)\b", m.group(0)[:m.start(3) - m.start()].lower())
@@ -991,6 +1009,8 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             res.append(d("eval_needs_check", norm_path(sm.group(1)), {"scope": "any"}))
     if EVAL_UNFINISHED_RE.search(sent) and not any(x.kind == "wait_before_eval" for x in out + res if x.text == sent):
         res.append(d("wait_before_eval", "", {"train": "1"}))
+    if (gm := GPU_UNLESS_RE.search(sent)) and not any(x.kind == "train_needs_check" for x in out + res if x.text == sent):
+        res.append(d("train_needs_check", norm_path(gm.group(1))))
     m = TRAIN_PRECOND_RE.search(sent)
     if m:  # "Run probe_reward.py after every reward change, before any training"
         head = sent[:m.start()]  # (round 30: the script a verb runs, not a file the change names: "after every change
@@ -1040,6 +1060,8 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         vals = {"booked": ",".join(map(str, gpu_ids(next(g for g in mb.groups() if g))))} if mb else {}
         if mk and not mb:  # (the GPUs left by a booking hold for every job; "for dev checks stick to GPU 0" is the checks')
             vals["ids"] = ",".join(map(str, gpu_ids(mk.group(1) or mk.group(2))))
+        if mb and REPLICA_CAP_RE.search(sent):  # (round 34) "GPU 3 is lent …, please run at most 3 rewriter replicas
+            vals["scope"] = "server"  # (GPUs 0-2) until then": the message is about the replicas, not every job
         res.append(d("gpu_ids", "", vals))
     m = CAP_GPUS_RE.search(sent) if not ALL_GPUS_RE.search(sent) else None
     if m and (n := _gpu_count(m.group(1))):  # (round 14) "so whatever you train after the generation, run it on 4 GPUs please"
