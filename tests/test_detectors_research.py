@@ -2891,3 +2891,58 @@ def test_round_34_a_foreground_call_cut_at_the_wait_after_its_traceback_has_ende
                "get_session_output('default') / check_session_idle('default')]")
     assert drops(traj(crash, ev(), desc=DESC, facts=FACTS), "improper_eval") == {}
     assert 1 in drops(traj(busy, ev(), desc=DESC, facts=FACTS), "improper_eval")
+
+
+def test_round_35_word_checks_before_evals_and_training_and_a_check_before_the_score():
+    """Round 35 (blind_research28's dev split): "please run the audit before every eval" needs a run of the one provided
+    script the word names (scripts/audit_calls.py) before each eval; "the smoke test has to pass on exactly the loss file
+    you train with, before every training run" asks for the smoke check; "run scripts/audit_calls.py after every dev run,
+    before you look at the score" is no order to run it first: reading the score after a dev run without it breaks it."""
+    got = [(d.kind, d.target, d.values.get("scope")) for d in extract(
+        "Judge calls: temperature 0 and at most 3 per item, no exceptions. And please run the audit before every eval.")]
+    assert ("eval_needs_check", "audit", "each") in got, got
+    got = [(d.kind, d.target) for d in extract("Rule for this project: the smoke test has to pass on exactly the loss file "
+                                               "you train with, before every training run. — Wen")]
+    assert got == [("train_needs_check", "smoke")], got
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS,
+        "scripts/run_dev.py": "- python scripts/run_dev.py --n 250 --ports 8400-8403 --concurrency 24 --out outputs/dev.jsonl",
+        "scripts/score.py": "- python scripts/score.py outputs/dev.jsonl # accuracy overall and per kind",
+        "scripts/audit_calls.py": "- python scripts/audit_calls.py --log outputs/calls.jsonl # calls per question"}})
+    said = ("Limits reminder, and one process rule: run scripts/audit_calls.py after every dev run, before you look at the "
+            "score. — Lea")
+    ask = st("list_files", {"path": "."}, guidance=(said,))
+    dev = run("python scripts/run_dev.py --n 250 --ports 8400-8403 --concurrency 24 --out outputs/dev.jsonl")
+    score = run("python scripts/score.py outputs/dev.jsonl")
+    audit = run("python scripts/audit_calls.py --log outputs/calls.jsonl")
+    assert list(drops(traj(ask, dev, score, audit, desc=DESC, facts=facts), "violate_instruction")) == [2]
+    assert drops(traj(ask, dev, audit, score, desc=DESC, facts=facts), "violate_instruction") == {}
+    assert 1 in drops(traj(ask, run("python scripts/run_dev.py --n 250 --ports 8400-8403 --concurrency 1 --out outputs/dev.jsonl"),
+                           desc=DESC, facts=facts), "inefficient_inference")  # (a port range in the usage line)
+    ev_audit = st("list_files", {"path": "."}, guidance=("And please run the audit before every eval. — Ruth",))
+    assert 1 in drops(traj(ev_audit, ev(), desc=DESC, facts=facts), "violate_instruction")
+    assert drops(traj(ev_audit, audit, ev(), desc=DESC, facts=facts), "violate_instruction") == {}
+
+
+def test_round_35_a_flow_list_argv_a_running_session_that_saved_a_checkpoint_and_check_reports():
+    """Round 35: a Concourse `args: [scripts/grade_dev.py, --n, "400", --concurrency, "32"]` shows the usage; a GRPO session
+    whose output ends in "saved checkpoint outputs/grpo/step_50" while the tool says it is running still runs (a sleep then
+    waits for it); "28/30 unit cases pass" with exit 1 and "AUDIT FAILED" with exit 0 are a check's reports."""
+    from apollo.supervision.facts import signature
+    from apollo.supervision.symbolic import RuleSet
+
+    sig = signature('Runs grade() over the replicas. run: {path: python, args: [scripts/grade_dev.py, --n, "400", --ports, '
+                    '8500-8507, --concurrency, "32", --out, outputs/dev_grades.jsonl]}')
+    assert dict(sig.flags) == {"--n": "400", "--ports": "8500-8507", "--concurrency": "32", "--out": "outputs/dev_grades.jsonl"}
+    grpo = bg("bash scripts/train.sh outputs/grpo", "grpo")
+    seen = st("get_session_output", {"session_id": "grpo"}, "$ bash scripts/train.sh outputs/grpo\nstep:50 - score 0.38\n"
+                                                            "saved checkpoint outputs/grpo/step_50\n\n[session 'grpo': running]")
+    nap = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    assert drops(traj(grpo, seen, nap, desc=DESC, facts=FACTS), "resource_waste") == {}
+    rules = RuleSet.load(None)
+    unit = run("python scripts/unit_reward.py", "$ python scripts/unit_reward.py\nFAIL exploit: 0.412 not in [0.0, 0.15]\n"
+               "28/30 unit cases pass\n\n[finished, exit code 1]", 1)
+    audit = run("python scripts/audit_calls.py", "$ python scripts/audit_calls.py\nover the call cap: 7 questions\nAUDIT FAILED\n\n"
+                "[finished, exit code 0]")
+    broken = run("python scripts/x.py", "$ python scripts/x.py\nFAILED to open the index\n\n[finished, exit code 2]", 2)
+    t = traj(unit, audit, broken, desc=DESC, facts=FACTS)
+    assert [rules.first_match(s, t.task_id, t.domain) is None for s in t.steps] == [True, True, False]

@@ -181,6 +181,8 @@ SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing r
 DONE_LINE_RE = Gated.derive(re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b(?!:?\s*[\d,]+\s*/\s*[\d,]+)"
                                       r"|completed?\b(?!:?\s*[\d,]+\s*/\s*[\d,]+)"
                                       r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)"))
+_SAVE_LINE_RE = re.compile(r"(?i)\b(?:wrote \d+|saved (?:model|checkpoint|to))")
+_END_WORD_RE = re.compile(r"(?i)\b(?:done|finished|complete[d]?|final)\b")
 SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
                                    r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
                                    # a script named as a server (round 22: serve_llm.sh; search_server.py, launch_server.py)
@@ -418,7 +420,7 @@ _MARKED_USAGE_RE = re.compile(r"(?:(?:\b(?:[Rr]un|[Cc]all|[Ii]nvocation):|\b(?:[
                               r"(?:\s+-{1,2}[\w-]+(?:[=\s](?:\d+|[A-Z][A-Z0-9_]*))?)*\s+)?"
                               r"((?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh))(?=\s|$|(?<=\.sh)['\"]|=(?:\s|$))")
 # where the argument list of such a usage ends: a word of prose, a section label ("DESCRIPTION", "does:")
-_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]+(?:,[\w./-]+)+|[\w./-]*[/.][\w./-]*|\d[\w.]*|\.\.\.|"
+_USAGE_TOKEN_RE = re.compile(r"\[?(?:-{1,2}[\w-]+(?:=\S*)?|[A-Z][A-Z0-9_|]*|<[\w./-]+>|[\w.-]+(?:\|[\w.-]+)+|[\w./-]+(?:,[\w./-]+)+|[\w./-]*[/.][\w./-]*|\d+(?:-\d+)+|\d[\w.]*|\.\.\.|"
                              r"\{[\w,|.-]+\})\]*")
 _NOT_METAVAR = frozenset({"DESCRIPTION", "OPTIONS", "NAME", "SYNOPSIS", "EXAMPLES", "EXAMPLE", "FLAGS", "NOTES", "ARGUMENTS",
                           "USAGE"})
@@ -464,11 +466,20 @@ _WORD_VALUE_RE = re.compile(r"[a-z][a-z0-9_-]*")
 _ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["'](?:\s*,\s*["'][^"'\n]*["'])*)\s*,?\s*[\])]""")
 
 
+_FLOW_ARGV_RE = re.compile(r"\[\s*((?:[^\[\]\n,]*,\s*)*[\"']?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)[\"']?(?:\s*,\s*[^\[\]\n,]*)*)\s*\]")
+
+
 def _argv_usage(doc: str) -> str | None:
     """The arguments an argv list gives its script (None: the line has no such list)."""
     m = _ARGV_LIST_RE.search(doc) if "[" in doc or "(" in doc else None
     if m is None:
-        return None
+        # (round 35) a YAML flow sequence, items quoted or not: `args: [scripts/grade_dev.py, --n, "400", --ports, 8500-8507]`
+        m = _FLOW_ARGV_RE.search(doc) if "[" in doc else None
+        if m is None:
+            return None
+        items = [x.strip().strip("\"'") for x in m.group(1).split(",")]
+        at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
+        return " ".join(x for x in items[at + 1:] if x)
     items = re.findall(r"""["']([^"'\n]*)["']""", m.group(1))
     at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
     return " ".join(items[at + 1:])
@@ -1214,6 +1225,8 @@ class Facts:
                 return True
             # (round 14) the job's own output ends with its done line ("[sft_trainer] done"), whatever the session says
             body = [ln for ln in STATUS_RE.sub("", ECHO_RE.sub("", text)).splitlines() if ln.strip()]
+            if body and "': running]" in text and _SAVE_LINE_RE.search(body[-1]) and not _END_WORD_RE.search(body[-1]):
+                return False  # (round 35) a save while the tool says the session runs ("saved checkpoint …/step_50")
             return tool == "get_session_output" and bool(body) and DONE_LINE_RE.search(body[-1]) is not None
         if tool == "run_command" and not self.background(i) and self.session(i) == job.session:
             return True  # a foreground command ran in that session: it was free
