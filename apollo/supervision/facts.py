@@ -178,10 +178,11 @@ STATUS_RE = re.compile(r"^\[(?:finished|killed|still running|session )[^\n]*\]$"
 SESSION_DONE = ("is idle", "finished, exit code", "killed after", "has nothing running", "Stopped '")
 # a line of a job's own output saying it is done (logs, get_session_output, tail of a log file)
 # ((round 27) not a progress count: "[rewrite] done 14,794/60,000" is a job under way)
+_SAVE_WORDS = r"wrote \d+|saved (?:model|checkpoint|to)"  # a job's line that it wrote or saved (DONE_LINE_RE, _SAVE_LINE_RE)
 DONE_LINE_RE = Gated.derive(re.compile(r"(?im)^.*\b(?:training (?:finished|complete[d]?|done)|finished training|done\b(?!:?\s*[\d,]+\s*/\s*[\d,]+)"
                                       r"|completed?\b(?!:?\s*[\d,]+\s*/\s*[\d,]+)"
-                                      r"|wrote \d+|saved (?:model|checkpoint|to)|all done|exit(?:ed)? (?:with )?(?:code|status) 0)"))
-_SAVE_LINE_RE = re.compile(r"(?i)\b(?:wrote \d+|saved (?:model|checkpoint|to))")
+                                      rf"|{_SAVE_WORDS}|all done|exit(?:ed)? (?:with )?(?:code|status) 0)"))
+_SAVE_LINE_RE = re.compile(rf"(?i)\b(?:{_SAVE_WORDS})")
 _END_WORD_RE = re.compile(r"(?i)\b(?:done|finished|complete[d]?|final)\b")
 SERVER_RE = Gated.derive(re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints|sglang\.launch_server|\buvicorn\b|\bgunicorn\b"
                                    r"|http\.server|\bflask\s+run\b|\btext-generation-launcher\b|\bollama\s+serve\b"
