@@ -35,10 +35,17 @@ def _sleeping_policy(task):
 
 def test_engine_waits_do_not_spend_the_working_time():
     task = list_tasks(split="train")[0]
-    cfg = AgentConfig(max_steps=4, max_wall_s=0.5)
+    # the budget is set from this machine's own time for the same four steps (tools run real subprocesses:
+    # ~0.9 s on a quiet 2-core box, more under CI load), with a 2x margin; each engine turn then waits half
+    # the budget, so the four waits alone are twice the budget
     t0 = time.monotonic()
-    traj = run_episode(task, _SlowPolicy(task, 0.3, seed=0), config=cfg, trajectory_id="slow")
-    assert time.monotonic() - t0 > 4 * 0.3 > cfg.max_wall_s  # its wall time is over the budget ...
+    run_episode(task, ScriptedEngine(task, seed=0), config=AgentConfig(max_steps=4), trajectory_id="quick")
+    own = time.monotonic() - t0
+    cfg = AgentConfig(max_steps=4, max_wall_s=2 * own + 0.5)
+    delay = cfg.max_wall_s / 2
+    t0 = time.monotonic()
+    traj = run_episode(task, _SlowPolicy(task, delay, seed=0), config=cfg, trajectory_id="slow")
+    assert time.monotonic() - t0 > 4 * delay > cfg.max_wall_s  # its wall time is over the budget ...
     assert traj.finish_reason != "time_budget" and len(traj.steps) == 4  # ... its working time is not
 
 
