@@ -935,14 +935,32 @@ def _root_name(node: Any) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _parse_lenient(code: str, tries: int = 3) -> Any:
+    """The syntax tree of ``code``; where it does not parse, of ``code`` with each offending line (up to ``tries``)
+    read as ``pass`` at its indent (None: still no tree). A script with a typo (``right += pred == r['answer'].lower(``)
+    still shows what it was written to do: a labeler reads its loop, not only an interpreter."""
+    lines = None
+    for _ in range(tries + 1):
+        try:
+            return ast.parse(code if lines is None else "\n".join(lines))
+        except (SyntaxError, ValueError) as e:
+            n = getattr(e, "lineno", None)
+            lines = lines if lines is not None else code.split("\n")
+            if not n or not 1 <= n <= len(lines) or lines[n - 1].strip() == "pass":
+                return None
+            bad = lines[n - 1]
+            lines[n - 1] = bad[:len(bad) - len(bad.lstrip())] + "pass"
+    return None
+
+
 @lru_cache(maxsize=2048)
 def one_at_a_time(code: str) -> str | None:
     """How a script generates one sample at a time in a loop (None: it does not): transformers
     ``.generate`` per item, vLLM ``llm.generate`` per prompt instead of one batched call, or an API
-    client sending requests strictly one after another (no pool, no asyncio)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    client sending requests strictly one after another (no pool, no asyncio). A script that does not parse is read
+    with its offending lines left out (:func:`_parse_lenient`)."""
+    tree = _parse_lenient(code)
+    if tree is None:
         return None
     hf = bool(_HF_CODE_RE.search(code))
     uses_vllm = bool(re.search(r"\bfrom\s+vllm\b|\bimport\s+vllm\b", code))
@@ -1041,7 +1059,8 @@ def inline_one_at_a_time(cmd: str) -> str | None:
     if "-c" not in cmd and "do" not in cmd and "<<" not in cmd:
         return None
     for code in inline_programs(cmd):
-        how = one_at_a_time(code)
+        # (set 28's spent test split) a here-document that runs a classifier's forward pass on one row at a time
+        how = one_at_a_time(code) or serial_forward(code)
         if how:
             return f"({'a here-document' if '<<' in cmd and '-c' not in cmd else 'a python -c one-liner'}) {how}"
     for m in _SHELL_LOOP_RE.finditer(cmd):
@@ -1089,7 +1108,7 @@ def _process_per_item(f: Facts, i: int) -> str | None:
 
 
 # a batch or concurrency flag: set to 1 where the script's usage line shows a larger default, one item at a time
-_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?|(?:max[_-])?concurrency|n[_-]?parallel|parallel(?:ism)?|"
+_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?|(?:max[_-])?concurrency|(?:max[_-])?in[_-]?flight|n[_-]?parallel|parallel(?:ism)?|"
                             r"max[_-]num[_-]seqs|per[_-]device[_-](?:eval|infer\w*)[_-]batch[_-]size|"
                             r"(?:prompts?|items?|requests?|samples?)[_-]per[_-](?:call|request|batch))$")
 
@@ -1147,7 +1166,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     return None
 
 
-_CONCURRENCY_FLAG_RE = re.compile(r"--(?:max[_-])?concurren(?:cy|t)(?:[_-]requests)?$")
+_CONCURRENCY_FLAG_RE = re.compile(r"--(?:max[_-])?(?:concurren(?:cy|t)(?:[_-]requests)?|in[_-]?flight)$")  # (set 28's
+# spent test split: `--inflight 4` of 64 requests in flight per replica)
 _ASYNC_DOC_RE = re.compile(r"(?i)\basync(?:hronous)?\b|\bconcurrent(?:ly)?\b|\bin\s+flight\b|\bbatched\b[^.;]{0,30}\brequests\b")
 _ONE_BATCH_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?|(?:max[_-])?concurrency)$")
 
@@ -1724,7 +1744,13 @@ def detect_blind_edit(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Fin
 
 _GPU_ARG_RE = re.compile(r"--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus|n[_-]gpus|gpus|ngpus?|"
                          r"tensor[_-]parallel[_-]size|tp|devices|world[_-]size|data[_-]parallel(?:[_-]size)?|dp|"
-                         r"(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+)")
+                         r"(?:num[_-])?replicas|(?:num[_-])?engines)(?:=|\s+)(\d+(?:,\d+)*)")
+
+
+def _gpu_arg_counts(cmd: str) -> list[int]:
+    """The GPU counts of a command's flags: a number, or (after the spent test split of set 28) a list of device ids
+    (`--gpus 0,1,2,3,4,5,6,7` takes eight GPUs, not zero)."""
+    return [len(x.split(",")) if "," in x else int(x) for x in _GPU_ARG_RE.findall(cmd)]
 # what a provided script's line says it spreads over by itself ("starts its own vLLM server at tensor parallel 4",
 # "8 replicas"), as opposed to the launcher it is meant to run under ("accelerate launch --num_processes 4")
 _INTERNAL_KW_RE = re.compile(r"(?i)\btensor[_ -]parallel(?:[_ -]size)?\W{0,3}(?:of\s+|at\s+)?(\d+)|\bTP\s*=?\s*(\d+)|"
@@ -1780,7 +1806,7 @@ def gpus_used(cmd: str) -> int | None:
     m = _CUDA_DEV_RE.search(cmd)
     if m:
         return len([d for d in m.group(1).split(",") if d.strip()])
-    counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
+    counts = _gpu_arg_counts(cmd)
     if counts:
         tp = [int(x) for x in _TP_ARG_RE.findall(cmd)]
         dp = [int(x) for x in _DP_ARG_RE.findall(cmd)]
@@ -1813,7 +1839,7 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
         if not n and (lp := _DEVICE_LOOP_RE.search(cmd)):  # (round 16) `for i in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$i … & done`
             n = len(lp.group(2).split())
         return True, n or None
-    counts = [int(x) for x in _GPU_ARG_RE.findall(cmd)]
+    counts = _gpu_arg_counts(cmd)
     env = _GPU_ENV_RE.search(cmd) if "=" in cmd else None  # `GPUS=4 bash scripts/run_grpo.sh …` ("on `GPUS` GPUs")
     if env and any(re.search(rf"\b{env.group(1)}\b", f.script_docs.get(s, "")) or (
             # (round 31) a GPU-count name by itself (`NGPU=4 bash scripts/train_sft.sh …`, whose line says "on 8 GPUs")
