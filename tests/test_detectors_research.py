@@ -3003,3 +3003,18 @@ def test_spent_split_28_a_serial_classifier_here_document_and_a_serial_script_wi
             "    right += tok.decode(out[0]) == r['a'].lower(\nprint(right)\n")
     assert "once per sample" in (one_at_a_time(typo) or "")
     assert one_at_a_time(typo.replace("for r in rows:\n", "if rows:\n")) is None
+
+
+def test_spent_split_27_vllm_chat_once_per_row_is_one_at_a_time():
+    """From blind_research27's spent test split: an offline vLLM loop calling ``llm.chat`` on one conversation per row is
+    one-at-a-time inference (LLM.chat takes the list of all conversations); one call on that list is not."""
+    from apollo.supervision.detectors import one_at_a_time
+
+    head = ("import json\nfrom vllm import LLM, SamplingParams\nllm = LLM('m', tensor_parallel_size=4)\n"
+            "sp = SamplingParams(temperature=0.8, max_tokens=96)\nrows = [json.loads(l) for l in open('t.jsonl')]\n")
+    serial = head + ("for row in rows:\n    msg = [{'role': 'user', 'content': row['text']}]\n"
+                     "    print(llm.chat(msg, sp)[0].outputs[0].text)\n")
+    batched = head + ("convs = [[{'role': 'user', 'content': row['text']}] for row in rows]\n"
+                      "for o in llm.chat(convs, sp):\n    print(o.outputs[0].text)\n")
+    assert "once per prompt" in (one_at_a_time(serial) or "")
+    assert one_at_a_time(batched) is None

@@ -1001,7 +1001,8 @@ def one_at_a_time(code: str) -> str | None:
             src = ast.unparse(node.func)
             if clients and _root_name(node.func) in clients and node.func.attr in _CLIENT_METHODS:
                 return f"calls its client's {src}() once per item in a loop, with no concurrency"  # (round 33)
-            if node.func.attr == "generate" and uses_vllm and not _batched_arg(node, body):
+            if node.func.attr in ("generate", "chat") and uses_vllm and not _batched_arg(node, body):
+                # (set 27's spent test split) `llm.chat([msg], sp)` per row: LLM.chat takes a list of conversations
                 return f"calls vLLM's {src}() once per prompt inside a loop instead of one batched call"
             if node.func.attr == "generate" and hf:
                 return f"calls transformers {src}() once per sample inside a loop"
