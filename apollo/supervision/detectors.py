@@ -2670,6 +2670,8 @@ def _allowed_gpus(f: Facts, d: Any) -> set[int] | None:
     """The GPU ids a ``gpu_ids`` directive leaves the agent (the ids it names, else the pool less the booked ones)."""
     if d.values.get("ids"):
         return {int(x) for x in d.values["ids"].split(",")}
+    if d.values.get("booked") == "all":
+        return set()
     if d.values.get("booked") and f.gpus:
         return set(range(f.gpus)) - {int(x) for x in d.values["booked"].split(",")}
     return None
@@ -2677,6 +2679,8 @@ def _allowed_gpus(f: Facts, d: Any) -> set[int] | None:
 
 _SEQ_DEVICE_LOOP_RE = re.compile(r"\bfor\s+(\w+)\s+in\s+\$\(\s*seq\s+(\d)\s+(\d)\s*\)\s*;\s*do\b[^\n]*?"
                                  r"CUDA_VISIBLE_DEVICES=['\"]?\$\{?\1\b")
+# a script's positional GPU-id list: `serve_writer.sh 0,1 8001` ("on the two GPUs given")
+_GPU_IDS_POSITIONAL_RE = re.compile(r"\.(?:sh|py)\s+(?:[\w./-]+\s+)?(\d(?:,\d)+)(?=\s|$)")
 # a loop over GPU groups, each "0,1" or "0,1:8001" (ids, then a port)
 _GPU_GROUP_LOOP_RE = re.compile(r"\bfor\s+\w+\s+in\s+((?:\d(?:,\d)+(?::\d{4,5})?\s+)*\d(?:,\d)+(?::\d{4,5})?)\s*;\s*do\b")
 _GPU_IDS_ARG_RE = re.compile(r"--(?:gpus|gpu[_-]ids|devices)(?:=|\s+)['\"]?(\d+(?:,\d+)+)")
@@ -2695,6 +2699,8 @@ def job_gpu_ids(cmd: str) -> set[int]:
         return set(range(int(sq.group(2)), int(sq.group(3)) + 1))
     if (g := _GPU_IDS_ARG_RE.search(cmd)) is not None:
         return {int(x) for x in g.group(1).split(",")}
+    if (pos := _GPU_IDS_POSITIONAL_RE.search(cmd)) is not None:  # `bash scripts/serve_writer.sh 0,1 8001` (set 25)
+        return {int(x) for x in pos.group(1).split(",")}
     if "for " in cmd and (gl := _GPU_GROUP_LOOP_RE.search(cmd)):  # `for gp in 0,1:8001 2,3:8002; do … serve.sh ${gp%%:*} …`
         return {int(x) for item in gl.group(1).split() for x in item.split(":")[0].split(",")}
     return set()
@@ -2722,6 +2728,8 @@ def _gpu_ids_breach(f: Facts, i: int, d: Any) -> str | None:
 
 def _ids(ids: set[int]) -> str:
     s = sorted(ids)
+    if not s:
+        return "no GPUs"
     return f"GPUs {s[0]}-{s[-1]}" if s == list(range(s[0], s[-1] + 1)) and len(s) > 2 else "GPUs " + ",".join(map(str, s))
 
 
