@@ -130,6 +130,11 @@ _MORE_PATHS_RE = re.compile(rf"(?i)\s*(?:,\s*(?:or\s+|and\s+|nor\s+)?|\s+(?:or|a
 FORBID_DIR_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?{_EDIT_VERB}"
                            r"\s+(?:anything|any\s+files?|(?:the\s+)?files?)\s+(?:under|in|into|inside|within)\s+(?:the\s+)?"
                            r"`?((?:[\w.-]+/)*[\w.-]+)/`?(?!\w)")
+# (set 23's spent test split) "everything under data/ (probe, unit cases, puzzles) are frozen", "anything in configs/ is
+# off limits": every file under the folder
+FROZEN_DIR_RE = re.compile(r"(?i)\b(?:everything|anything|all(?:\s+the)?\s+files?|every\s+file)\s+(?:under|in|inside|within)\s+"
+                           r"(?:the\s+)?`?((?:[\w.-]+/)*[\w.-]+)/`?(?!\w)(?:\s*\([^)]{0,80}\))?[^.;!?]{0,30}?\s+(?:is|are|stays?|remains?)\s+"
+                           r"(?:frozen|fixed|locked|read[\s-]only|off[\s-]limits|untouchable)\b")
 FORBID_RUN_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?(?:run|us|call|execut|launch|start)\w*\s+(?:the\s+|a\s+|an\s+|any\s+)?"
                            rf"(?:(?:new|more|other|another|further|extra)\s+)?(?:python\s+)?({_PATH[1:-1]}|[\w-]+)")
 # (round 34) "GRPO may not start before 08:00 UTC today" (the clock already read as "before then"): the subject is
@@ -749,6 +754,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
             dele = re.match(rf"(?i){_NEG}\s+(?:to\s+)?(?:delet|remov)", m.group(0)) is not None  # (round 15) "don't delete
             out.append(d("forbid_write", norm_path(m.group(1)) + "/", {"under": "1", **({"except_block": ex.group(1)} if ex else {}),
                                                                       **({"delete": "1"} if dele else {})}))  # anything under outputs/"
+        for m in FROZEN_DIR_RE.finditer(sent):
+            out.append(d("forbid_write", norm_path(m.group(1)) + "/", {"under": "1"}))
         for m in FORBID_READ_RE.finditer(sent):
             out.append(d("forbid_read", norm_path(m.group(1)), {"except": norm_path(m.group(2))} if m.group(2) else {}))
         for m in SET_KEY_PATH_RE.finditer(sent):
@@ -2465,7 +2472,7 @@ _G_END = r"\s*(?:the\s+|a\s+)?$"
 _G_PRE = (("le", re.compile(rf"(?i){_NEGW}(?:go\s+|be\s+|set\s+\S+\s+|raise\s+\S+\s+)?{_G_UP}{_G_END}")),
           ("ge", re.compile(rf"(?i){_NEGW}(?:go\s+|be\s+|drop\s+|set\s+\S+\s+|lower\s+\S+\s+)?{_G_DOWN}{_G_END}")),
           ("le", re.compile(rf"(?i)(?:at\s+most|no\s+more\s+than|not\s+more\s+than|up\s+to|max(?:imum)?(?:\s+of)?|"
-                            rf"at\s+or\s+(?:below|under)|cap(?:ped|s)?\s+(?:(?!at\b)[\w-]+\s+){{0,5}}at|<=|≤){_G_END}")),
+                            rf"at\s+or\s+(?:below|under)|(?<!\w)cap(?:ped|s)?\s+(?:(?!at\b)[\w-]+\s+){{0,5}}at|<=|≤){_G_END}")),
           ("lt", re.compile(rf"(?i)(?:{_G_DOWN}|<){_G_END}")),
           ("ge", re.compile(rf"(?i)(?:at\s+least|no\s+less\s+than|not\s+less\s+than|no\s+fewer\s+than|"
                             rf"min(?:imum)?(?:\s+of)?|at\s+or\s+above|>=|≥){_G_END}")),
