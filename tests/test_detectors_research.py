@@ -3152,3 +3152,28 @@ def test_spent_splits_21_23_a_key_named_cap_that_stays_and_a_frozen_folder():
     edit = st("edit_file", {"path": "data/unit_cases.yaml", "start_line": 24, "end_line": 24, "content": "  expect: [0.15, 0.6]"},
               "Edited data/unit_cases.yaml lines 24-24.")
     assert 1 in drops(traj(ask, edit, desc=DESC, facts=FACTS), "violate_instruction")
+
+
+def test_spent_splits_21_25_a_long_sleep_right_after_reading_the_job_finished():
+    """From the spent test splits of sets 21-25: a 1,800 s sleep right after reading that the awaited job finished, while
+    the only other job not seen finished was started long past 3x its stated time, waits for nothing; the same sleep while
+    that job is only 1.5x past its stated time (it may run slower than stated) waits for it."""
+    from datetime import UTC, datetime
+
+    day = datetime(2026, 12, 6, tzinfo=UTC).timestamp()
+
+    def at(step, hhmm):
+        return step.model_copy(update={"started_at": day + 3600 * int(hhmm[:2]) + 60 * int(hhmm[3:])})
+    desc = DESC + "\nExtracting features takes about 10 minutes; the proxy training about 30 minutes.\n"
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS,
+                                                 "scripts/extract_feats.py": "python scripts/extract_feats.py --out F: features",
+                                                 "scripts/proxy_train.sh": "bash scripts/proxy_train.sh DATA OUT: the proxy"}})
+    feats = at(bg("python scripts/extract_feats.py --out outputs/feats.parquet", "feats"), "05:00")
+    proxy = at(bg("bash scripts/proxy_train.sh outputs/sel.jsonl outputs/proxy", "proxy"), "05:05")
+    seen = st("get_session_output", {"session_id": "proxy"}, "$ bash scripts/proxy_train.sh\nepoch 1 done\n\n"
+                                                              "[session 'proxy': finished, exit code 0]")
+    nap = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    late = traj(feats, proxy, at(seen, "05:40"), at(nap, "05:41"), desc=desc, facts=facts)
+    assert 3 in drops(late, "resource_waste")
+    early = traj(at(feats, "05:26"), proxy, at(seen, "05:40"), at(nap, "05:41"), desc=desc, facts=facts)
+    assert 3 not in drops(early, "resource_waste")  # feats started 15 min before: 1.5x its 10 minutes

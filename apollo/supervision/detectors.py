@@ -2143,6 +2143,8 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 secs = 0.0
             if secs >= p.idle_sleep_min_s:
                 out.append(_drop(i, "resource_waste", f"slept {secs:g} s with no job left to wait for"))
+        elif tool == "sleep" and p.flag_idle_sleep and (stale := _sleep_after_seen_finished(f, i, p)):
+            out.append(_drop(i, "resource_waste", stale))
         elif tool in ("check_session_idle", "get_session_output") and p.flag_busy_polling and i > 0 \
                 and f.tools[i - 1] in ("check_session_idle", "get_session_output") and f.session(i - 1) == f.session(i) \
                 and any(b in f.obs[i - 1] for b in _BUSY):
@@ -2633,6 +2635,35 @@ def _bypass_breach(f: Facts, i: int, d: Any) -> str | None:
     if (m := _DIRECT_CLIENT_RE.search(code)) is None or re.search(rf"\bclass\s+{re.escape(target.split('/')[-1])}\b", code):
         return None  # (the class the message names, defined here: the client itself)
     return f"made its own client ({m.group(0)}…) in {path}, bypassing {target} ({d.describe()})"
+
+
+STALE_JOB_FACTOR = 3.0  # a job not seen finished after 3x its stated time is taken as over (measured on the labeled
+# sets: the sleeps the labelers dropped came 4.6-31x past the other jobs' stated times, the one they kept 1.5x: a rewrite
+# on 4 of the 8 GPUs its time is stated for)
+
+
+def _sleep_after_seen_finished(f: Facts, i: int, p: DetectorParams) -> str | None:
+    """(spent test splits of sets 21-25) Sleep ``i`` (≥ ``idle_sleep_min_s``) comes right after the agent read that a job
+    had finished, and every job still not seen finished has run past the time the task states for it: nothing is left to
+    wait for ("sleeps 1800 s after seeing the writer finished, with the replicas held idle")."""
+    if i == 0 or f.tools[i - 1] not in ("check_session_idle", "get_session_output") or not re.search(
+            r"finished, exit code|\bis idle\b", f.obs[i - 1]):
+        return None
+    try:
+        secs = float(f.args[i].get("seconds", 0))
+    except (TypeError, ValueError):
+        return None
+    if secs < p.idle_sleep_min_s:
+        return None
+    now = f.steps[i].started_at
+    for j in f.jobs_before[i]:
+        if j.server or j.session == f.session(i - 1):
+            continue
+        stated = [d for d in (job_duration(f.description, s) for s in f.script_runs(j.step)) if d]
+        if not stated or not now or now - f.steps[j.step].started_at < STALE_JOB_FACTOR * max(stated):
+            return None  # a job that may still run (slower than stated: on fewer GPUs, say): the sleep waits for it
+    return f"slept {secs:g} s right after reading that the job of session '{f.session(i - 1)}' had finished, with no job " \
+           f"left within {STALE_JOB_FACTOR:g}x its stated time"
 
 
 def _beside_training(f: Facts, i: int, d: Any) -> str | None:
