@@ -3177,3 +3177,29 @@ def test_spent_splits_21_25_a_long_sleep_right_after_reading_the_job_finished():
     assert 3 in drops(late, "resource_waste")
     early = traj(at(feats, "05:26"), proxy, at(seen, "05:40"), at(nap, "05:41"), desc=desc, facts=facts)
     assert 3 not in drops(early, "resource_waste")  # feats started 15 min before: 1.5x its 10 minutes
+
+
+def test_spent_splits_22_26_separate_single_sample_requests_and_a_new_client_per_item():
+    """From the spent test splits of sets 22-26: K separate n=1 requests for one prompt (`for _ in range(4):
+    client.chat(p, n=1)`, a comprehension over range(12), also as an edit's indented snippet) where one n=K call does it;
+    K requests whose prompt depends on the loop variable are not copies; `solve(p, PolicyClient(8400))` for each dev puzzle
+    in turn is one-at-a-time."""
+    from apollo.supervision.detectors import one_at_a_time, repeated_single_samples
+
+    loop = ("def generate(concepts, client):\n    cands = []\n    for _ in range(4):  # one candidate per request\n"
+            "        cands += client.chat(PROMPT.format(w=concepts), n=1, temperature=0.8)\n    return cands\n")
+    assert "4 separate n=1 requests" in (repeated_single_samples(loop) or "")
+    assert repeated_single_samples(loop.replace("n=1", "n=4").replace("range(4)", "range(1)")) is None
+    snippet = "    cands = [client.sample(src, n=1, temperature=0.7, max_tokens=256)[0] for _ in range(12)]"
+    assert "12 separate" in (repeated_single_samples(snippet) or "")
+    varied = "    outs = [client.sample(PROMPTS[k], n=1)[0] for k in range(12)]"
+    assert repeated_single_samples(varied) is None
+    edit = st("edit_file", {"path": "agent/mbr.py", "start_line": 6, "end_line": 6, "content": snippet},
+              "Edited agent/mbr.py lines 6-6.")
+    assert 0 in drops(traj(edit, desc=DESC, facts=FACTS), "inefficient_inference")
+    serial = ("import json\nfrom scaffold.client import PolicyClient\nfrom scaffold.solve import solve\n"
+              "rows = [json.loads(l) for l in open('data/dev.jsonl')][:100]\nright = 0\nfor p in rows:\n"
+              "    right += solve(p, PolicyClient(8400))['a'] == p['a']\n")
+    assert "new client once per item" in (one_at_a_time(serial) or "")
+    pooled = serial.replace("import json\n", "import json\nfrom concurrent.futures import ThreadPoolExecutor\n")
+    assert one_at_a_time(pooled) is None

@@ -61,6 +61,7 @@ import ast
 import json
 import os
 import re
+import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -953,6 +954,45 @@ def _parse_lenient(code: str, tries: int = 3) -> Any:
     return None
 
 
+_N_KW = ("n", "num_return_sequences", "num_samples", "n_samples")
+
+
+@lru_cache(maxsize=2048)
+def repeated_single_samples(code: str) -> str | None:
+    """(spent test splits of sets 22-23) How code asks for K samples of one prompt with K separate requests of one sample
+    each (``for _ in range(4): client.chat(p, n=1, …)``, ``[client.sample(src, n=1)[0] for _ in range(12)]``) where one
+    call with n=K does it (None: it does not). A snippet of an edit is read dedented, with lines that do not parse left
+    out."""
+    if "n=1" not in code.replace(" ", "") and "_sequences=1" not in code.replace(" ", ""):
+        return None
+    tree = _parse_lenient(textwrap.dedent(code))
+    if tree is None:
+        return None
+    for loop in ast.walk(tree):
+        if isinstance(loop, (ast.ListComp, ast.GeneratorExp)):
+            gens, body = loop.generators, [loop.elt]
+            its = [(g.target, g.iter) for g in gens]
+        elif isinstance(loop, ast.For):
+            its, body = [(loop.target, loop.iter)], loop.body
+        else:
+            continue
+        for target, it in its:
+            if not (isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range" and len(it.args) == 1
+                    and isinstance(it.args[0], ast.Constant) and isinstance(it.args[0].value, int) and it.args[0].value >= 2):
+                continue
+            var = target.id if isinstance(target, ast.Name) else None
+            nodes = [n for b in body for n in ast.walk(b)]
+            if var and var != "_" and any(isinstance(n, ast.Name) and n.id == var for n in nodes):
+                continue  # the loop variable feeds the request: different prompts, not copies of one
+            for n in nodes:
+                if isinstance(n, ast.Call) and any(k.arg in _N_KW and isinstance(k.value, ast.Constant) and k.value.value == 1
+                                                   for k in n.keywords):
+                    k = it.args[0].value
+                    return (f"asks for {k} samples with {k} separate n=1 requests ({ast.unparse(n.func)}) where one n={k} "
+                            "call does it")
+    return None
+
+
 @lru_cache(maxsize=2048)
 def one_at_a_time(code: str) -> str | None:
     """How a script generates one sample at a time in a loop (None: it does not): transformers
@@ -996,6 +1036,11 @@ def one_at_a_time(code: str) -> str | None:
             if clients and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and any(
                     _root_name(a) in clients for a in node.args):
                 return f"calls {node.func.id}() with its client once per item in a loop, with no concurrency"
+            if not concurrent and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and isinstance(loop, (ast.For, ast.AsyncFor)) and not _counts_turns(loop) and any(
+                    isinstance(a, ast.Call) and ast.unparse(a.func).endswith("Client") for a in node.args):
+                # (set 26's spent test split) `solve(p, PolicyClient(8400))` for each of 100 dev puzzles, one after another
+                return f"calls {node.func.id}() with a new client once per item in a loop, with no concurrency"
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             src = ast.unparse(node.func)
@@ -1180,6 +1225,10 @@ def detect_inefficient_inference(traj: Trajectory, f: Facts, p: DetectorParams) 
     out: list[Finding] = []
     for i in range(f.n):
         tool = f.tools[i]
+        if tool in ("create_file", "edit_file") and f.oks[i] and str(f.args[i].get("path", "")).endswith(".py") and (
+                rep := repeated_single_samples(str(f.args[i].get("content") or ""))):
+            out.append(_drop(i, "inefficient_inference", f"writes {norm_path(f.args[i]['path'])}, which {rep}"))
+            continue
         if tool == "create_file" and f.oks[i] and str(f.args[i].get("path", "")).endswith(".py"):
             code = f.args[i].get("content")
             how = (one_at_a_time(code) or serial_forward(code)) if isinstance(code, str) else None
