@@ -306,7 +306,9 @@ _MODULE_LAUNCH_RE = re.compile(r"(?:\btorchrun\b|\bdeepspeed\b|\baccelerate\s+la
 
 
 # (round 20: parentheses inside the print, "print(sum(x['pred']==g[x['id']] for x in p)/len(p))")
-_PRINTS_SCORE_RE = re.compile(r"print\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*?(?:/\s*len\(|\bmean\(|:\.\d+f|accuracy|score|f1|\bexact\b)",
+_PRINTS_SCORE_RE = re.compile(r"print\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*?(?:/\s*len\(|\bmean\(|:\.\d+f|accuracy|score|f1|\bexact\b"
+                              # (round 36) retrieval and rank metrics: "MRR@10", a pandas Spearman
+                              r"|\bmrr|\bndcg|recall@|\bspearman\b|\bkendall\b|\.corr\()",
                               re.IGNORECASE)
 
 
@@ -514,6 +516,17 @@ def _arg_dirs(script: str, doc: str) -> tuple[str, ...]:
     return tuple(norm_path(m) for m in re.findall(rf"{name}\s+((?:[\w.-]+/)+[\w-]+)(?=[\s\"'`]|$)", doc))
 
 
+_METRIC_WORD_RE = re.compile(r"(?i)\b(spearman|kendall|pearson|mrr|ndcg|auroc|bleu|chrf|rouge)")
+
+
+def _metric_script(f: Facts, content: str) -> str | None:
+    """(round 36) The one provided script whose line names a metric the code computes ("Spearman and Kendall correlation of
+    a grades file": a pandas `.corr(method='spearman')`); None: none, or several."""
+    words = {w.lower() for w in _METRIC_WORD_RE.findall(content)}
+    hits = [s for s in f.scripts if words and any(re.search(rf"(?i)\b{w}", f.script_docs.get(s, "")) for w in words)]
+    return hits[0] if len(hits) == 1 else None
+
+
 def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = (), heredoc: bool = False) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
@@ -542,7 +555,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             return None
         return ev
     if inline and _DEV_DATA_RE.search(content) and (_PRINTS_SCORE_RE.search(content) or _METRIC_LIB_RE.search(content)) \
-            and (ev := _dev_scorer(f)):
+            and (ev := _metric_script(f, content) or _dev_scorer(f)):
         return ev  # (round 17) a dev score of its own (chrF over the dev outputs, a vLLM + sqlite dev harness) where the
         # task provides the dev scorer: the labelers of sets 12 and 13 name it ignore_script whatever metric it prints
     if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
@@ -566,7 +579,11 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             # input (not the file the line writes, `--out F`), and one no other provided script's line names (round 15)
             if works and any("/" in r and r in _OUT_ARG_RE.sub("", doc)
                              and sum(r in _OUT_ARG_RE.sub("", f.script_docs.get(o, "")) for o in f.scripts) == 1 for r in reads):
-                return s
+                # (round 36) of several inputs it reads, the one it works through is read last (`ans` from the states
+                # first, then the loop over the written items): the script whose input that is
+                last = max((r for r in reads if "/" in r), key=content.rfind)
+                owner = [o for o in f.scripts if last in _OUT_ARG_RE.sub("", f.script_docs.get(o, ""))]
+                return owner[0] if len(owner) == 1 else s
             # it reads a run's file under the folder the line names with a placeholder (`score_dev.py outputs/dev/NAME`
             # and a one-liner over outputs/dev/chunks_v1/answers.jsonl) and prints a score
             if reads and _PRINTS_SCORE_RE.search(content) and any(rx.match(r) for rx in _placeholder_dirs(doc) for r in reads):
@@ -652,7 +669,8 @@ def _variant_of_output(doc: str, content: str, writes: list[str]) -> bool:
 _CAMEL_RE = re.compile(r"\b[A-Z][a-z]{2,}[A-Z][A-Za-z]+\b")  # a method's or library's name in a script's line (MinHash)
 _CAMEL_STOP = frozenset({"DataFrame", "HuggingFace", "PyTorch", "GitHub", "JavaScript", "TypeScript", "LaTeX", "OpenAI",
                          "ChatGPT", "JupyterLab", "PyPI", "NumPy", "SciPy", "FastAPI"})
-_OUT_ARG_RE = re.compile(r"--out(?:put)?(?:[_-]\w+)?(?:[= ]+|[\"']?,\s*[\"']?)\S+")  # (round 24: "--out", "F" in a DSL's list)
+_OUT_ARG_RE = re.compile(r"--out(?:put)?(?:[_-]\w+)?(?:[= ]+|[\"']?,\s*[\"']?)\S+"  # (round 24: "--out", "F" in a DSL's list)
+                         r"|\|>\s*[^|#\n]*?(?=\s*(?:#|$))")  # (round 36) a Tupfile rule's outputs: `: in |> cmd |> outputs/x.jsonl`
 _DOC_FIELD_RE = re.compile(r"\badds?\s+`{1,2}([a-z]\w*)`{1,2}|\b(?:column|field|key)s?\s+`{0,2}([a-z]+_\w+)`{0,2}"
                            r"|\(\s*([a-z]+(?:_[a-z]+)*)\s*,\s*\d+\s*-\s*\d+\s*\)")
 
@@ -1980,8 +1998,9 @@ def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
 
 
 SHORT_CHECK_S = 300.0  # a job the task says takes at most this long is a short check (see _short_check)
-_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)"
-                             r"|\((?:one|1|(?:a\s+)?single)\s+GPU\b(?!s)[^()]*\)")  # (round 33: "(one GPU, about 6 min)")
+_ONE_GPU_DOC_RE = re.compile(r"(?i)\b(?:on|uses?|needs?|takes?)\s+(?:a\s+single|one|a|1)\s+GPU\b(?!s)(?!\s+(?:per|each|apiece))"
+                             r"|\((?:one|1|(?:a\s+)?single)\s+GPU\b(?!s)(?!\s+(?:per|each|apiece))[^()]*\)")  # (round 33: "(one
+# GPU, about 6 min)"; round 36: not "(one GPU per process, …)" of a job run as 4 processes)
 
 
 def _short_check(f: Facts, script: str) -> bool:
@@ -2384,6 +2403,12 @@ def _same_run_again(f: Facts, i: int) -> int | None:
     for j in range(i - 1, -1, -1):
         t = f.tools[j]
         if (t == "edit_file" or (t == "create_file" and f.obs[j].startswith("Overwrote"))) and f.oks[j]:
+            path = norm_path(f.args[j].get("path")) or "?"
+            if path in f.scripts and path not in runs and path not in cmd and (
+                    _CHECK_NAME_RE.search(path) or re.search(r"(?:^|/)dev_", path)) and all(
+                    re.search(r"(?i)(?:^|/)(?:train|grpo|sft|dpo|ppo|rl)[\w-]*\.(?:sh|py)$", r) for r in runs) and not any(
+                    path in f.script_docs.get(r, "") or path.rsplit("/", 1)[-1] in f.script_docs.get(r, "") for r in runs):
+                continue  # (round 36) an edit of a dev check changes nothing a training run reads
             return None  # (round 26: an existing file rewritten in full is an edit)
         if t == "create_file" and f.oks[j] and ((path := norm_path(f.args[j].get("path")) or "?") in cmd or any(
                 path in f.script_docs.get(r, "") for r in runs)):
@@ -2603,6 +2628,10 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
         for i in range(d.given_at, f.n):  # compute_score": written code that brings it in
             if i not in found and f.tools[i] in ("create_file", "edit_file") and f.oks[i] and (reason := _code_breach(f, i, d)):
                 found[i] = reason
+    for d in (d for d in directives(f) if d.kind == "hand_data_only"):  # "when you try prompts by hand, use X only"
+        for i in range(d.given_at, f.n):
+            if i not in found and f.tools[i] == "run_command" and f.oks[i] and (reason := _hand_data_breach(f, i, d)):
+                found[i] = reason
     for d in (d for d in directives(f) if d.kind == "through_client"):  # "send every model call through LoggedClient"
         for i in range(d.given_at, f.n):
             if i not in found and f.tools[i] in ("create_file", "edit_file") and f.oks[i] and (reason := _bypass_breach(f, i, d)):
@@ -2647,6 +2676,23 @@ def _replica_cap_breach(f: Facts, i: int, d: Any) -> str | None:
     n = _replica_arg(f, i) or (int(m.group(1)) if m else None)
     if n is not None and n > int(d.values["v"]):
         return f"started {n} replicas, more than the {d.values['v']} it was told to run ({d.describe()})"
+    return None
+
+
+_DATA_FILE_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:jsonl|json|csv|tsv|parquet))\b")
+
+
+def _hand_data_breach(f: Facts, i: int, d: Any) -> str | None:
+    """(round 36) Run ``i`` is a hand try (inline code, no provided script) that reads a data file of the kind the message
+    named (same folder, same extension) other than the one it allowed."""
+    if f.script_runs(i) or f.steps[i].observation.exit_code or not inline_programs(f.command(i)):
+        return None  # (a try that failed, a here-document that does not compile say, read nothing)
+    allowed = d.target
+    folder, ext = allowed.rsplit("/", 1)[0] if "/" in allowed else "", allowed.rsplit(".", 1)[-1]
+    for m in _DATA_FILE_RE.finditer(f.command(i)):
+        p = norm_path(m.group(1))
+        if p != allowed and p.endswith("." + ext) and (not folder or p.startswith(folder + "/")):
+            return f"tried it by hand on {p}, not on {allowed} as told ({d.describe()})"
     return None
 
 
@@ -3037,6 +3083,10 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
         elif not changed and last_eval is not None:
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"
+        elif last_eval is None and f.baseline_scored and (sc := _eval_score(f.obs[i])) is not None \
+                and sc <= BASELINE_SCORE_BAND and _as_shipped(f, i):
+            reason = (f"evaluated the pipeline as shipped (no file edited or created, the provided scripts run as their lines "
+                      f"show), which scored {sc:g}, the task's stated baseline (score 0): a wasted eval")
         elif (k := _restores_eval(f, i, done)) is not None:
             reason = f"evaluates again the version the eval at step {k} scored (the edits since were put back): a wasted eval"
         elif (broken := _seen_broken(f, i)) is not None:
@@ -3051,6 +3101,37 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             # (a job writing it was not seen running) will exist at the next eval
             changed = bool(pend) or bool(missing)
     return out
+
+
+BASELINE_SCORE_BAND = 5.0  # (round 36) overall scores this close to the 0 that the task anchors at its stated baseline
+_OVERALL_RE = re.compile(r"\boverall_score=(-?\d+(?:\.\d+)?)")
+
+
+def _eval_score(obs: str) -> float | None:
+    m = _OVERALL_RE.search(obs)
+    return float(m.group(1)) if m else None
+
+
+def _as_shipped(f: Facts, i: int) -> bool:
+    """(round 36) Before eval ``i`` the agent changed no file (no edit, no file created, no in-place sed or redirect into a
+    file the task ships) and ran provided scripts only with what their usage lines show: what it evaluates is the task's
+    baseline ("to see where we start", "to have a reference")."""
+    for j in range(i):
+        if not f.oks[j]:
+            continue
+        t = f.tools[j]
+        if t in ("edit_file", "create_file"):
+            return False
+        if t == "run_command":
+            cmd = f.command(j)
+            if SED_I_RE.search(cmd) or f.redirects(j):
+                return False
+            for s, sig, _, flags in f.script_calls(j):
+                shown = dict(sig.flags) if sig else {}
+                if any(fl not in shown or (shown[fl] and v and v != shown[fl] and not re.search(r"[A-Z]{2,}|<|\{", shown[fl]))
+                       for fl, v in flags.items() if not re.search(r"(?i)out|port|workers|shard|gpus|session", fl)):
+                    return False  # a setting of its own (another threshold, a flag the line does not show)
+    return True
 
 
 _SYNTAX_FAIL_RE = re.compile(rf'File "([^"]+)", line \d+[\s\S]{{0,600}}?\b{_COMPILE_ERRORS}\b')

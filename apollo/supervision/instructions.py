@@ -252,6 +252,12 @@ LEAVE_ALONE_RE = re.compile(rf"(?i)\bleave\s+(?:(?:it|that\s+file|this\s+file|th
 STAYS_AS_IS_RE = re.compile(rf"(?i){_PATH}`?\s+(?:stays|remains|(?:must|should|has\s+to|is\s+to|will)\s+(?:stay|remain))\s+"
                             r"(?:exactly\s+|completely\s+|just\s+|entirely\s+)?(?:as\s+(?:it\s+is|is|shipped|provided|given)|"
                             r"unchanged|untouched|unmodified)\b")
+# (round 36) "when you try prompts by hand, use data/reports_extra.jsonl only": a hand try (a one-liner, a here-document, not
+# a provided script) may read that data file and no other
+HAND_DATA_ONLY_RE = re.compile(r"(?i)\b(?:when(?:ever)?|if)\s+you\s+(?:try|test|check|probe|debug)\s+[^,.;]{0,40}?\bby\s+hand\b,?\s+"
+                               r"(?:please\s+)?(?:use|stick\s+to|only\s+use)\s+(?:only\s+)?`?((?:[\w.-]+/)*[\w-]+\.[A-Za-z]\w*)`?")
+THAT_FILE_AS_IS_RE = re.compile(r"(?i)\b(?:leave|keep)\s+(?:that|this|the\s+same)\s+(?:file|config|yaml)\s+(?:exactly\s+|completely\s+|"
+                                r"just\s+)?(?:as\s+(?:it\s+is|is)|unchanged|untouched|alone)\b")
 # "Do not spend the last eval without a clear improvement on dev (scripts/bench.py) first"
 LAST_EVAL_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:spend|use|waste|burn)\s+(?:the\s+|your\s+)?(?:last|final|remaining)\s+eval\w*"
                           r"\s+(?:without|unless|before)\b")
@@ -998,6 +1004,11 @@ def _extract(text: str) -> tuple[Directive, ...]:
             sid = (WAIT_EVAL_RE.search(sent).group(1) or "") or (STILL_RUNNING_RE.search(sent).group(1)
                                                                 if STILL_RUNNING_RE.search(sent) else "")
             out.append(d("wait_before_eval", sid))
+        if "by hand" in sent and (mh := HAND_DATA_ONLY_RE.search(sent)):
+            out.append(d("hand_data_only", norm_path(mh.group(1))))
+        if THAT_FILE_AS_IS_RE.search(sent) and (prev := re.findall(_PATH, text[:text.find(sent)])):
+            # (round 36) "the flip prompt in configs/rewrite_prompts.yaml is … validated. Leave that file exactly as it is"
+            out.append(d("forbid_write", norm_path(prev[-1])))
         out.extend(_references(sent, text, out, d))
         out.extend(_merge_generic(sent, out))
         if FIRST_RUN_RE.search(sent):  # "use alpha=0.3 for the first run": until that run has been launched
@@ -1541,7 +1552,9 @@ _COUNT_TOKEN_RE = re.compile(r"(?<![=\w.,/])(\d[\d,]*)(?:/\d[\d,]*)?(?![\w.=])")
 
 _ENV_ASSIGN_RE = re.compile(r"(?:^|[;&(]\s*|&&\s*)(?:export\s+)?([A-Z][A-Z0-9_]*)=(-?\d[\d.e-]*)(?=\s)")
 _HYDRA_OVERRIDE_RE = re.compile(r"(?<=\s)\+{0,2}([a-z_]\w*(?:\.\w+)+)=(-?\d[\d.]*(?:e-?\d+)?)(?=\s|$)")
-_SED_SUB_RE = re.compile(r"\bsed\s+(?:-\w+\s+)*['\"]s([/|#,])(?:[^'\"]*?)\1([^'\"]*?)\1[gI]*['\"]")
+_SED_SUB_RE = re.compile(r"\bsed\s+(?:-\w+\s+)*['\"]s([/|#,])(?:[^'\"]*?)\1([^'\"]*?)\1[gI]*['\"]"
+                         # (round 36) every further `-e 's/…/…/'` of the same sed: `sed -i -e 's/^a: .*/a: 0.5/' -e 's/^b: …/'`
+                         r"|(?<=\s)-e\s+['\"]s([/|#,])(?:[^'\"]*?)\3([^'\"]*?)\3[gI]*['\"]")
 
 
 @per_step
@@ -1568,8 +1581,8 @@ def written_values(f: Facts, i: int) -> dict[str, list[float]]:
             pairs += [(k, v) for k, v in _ENV_ASSIGN_RE.findall(cmd)]
             pairs += _HYDRA_OVERRIDE_RE.findall(cmd)  # (round 15) `run_grpo.sh cfg.yaml actor.kl_coef=0.0`
         if "sed" in cmd:  # `sed -i 's/^temperature: 0.7/temperature: 0.95/' f`: what the substitution writes
-            for _, new in _SED_SUB_RE.findall(cmd):
-                pairs += _ASSIGN_RE.findall(new.replace("\\", ""))
+            for m in _SED_SUB_RE.finditer(cmd):
+                pairs += _ASSIGN_RE.findall((m.group(2) or m.group(4) or "").replace("\\", ""))
         for _, sig, pos, _ in f.script_calls(i):  # a provided script's upper-case positional (`serve.sh [TP]`): `serve.sh 2`
             pairs += [(n, v) for n, v in zip(sig.positional, pos) if re.match(r"^[A-Z][A-Z0-9_]*$", n)  # sets TP 2
                       and re.match(r"^-?\d+(?:\.\d+)?$", v)]
