@@ -3300,3 +3300,23 @@ def test_round_36_own_metric_one_liners_and_a_tupfile_rules_outputs():
                 "open('outputs/written.jsonl'):\n        r = json.loads(l)\n        if r['text'].strip() == ans[r['id']]:\n"
                 "            fh.write(l)\nEOF")
     assert "scripts/check_items.py" in drops(traj(quick, desc=DESC, facts=tup), "ignore_script").get(0, "")
+
+
+def test_spent_split_29_replicas_as_ports_and_an_awk_syntax_error():
+    """From blind_research29's spent test split (after its one measurement): a server script whose line starts one replica
+    per port given (`serve_judge.sh 8700-8703`, "Four … judge replicas") run with two ports starts two of four replicas;
+    with all four ports it is no waste; "awk: line 2: missing } near end of file" is a compile error."""
+    from apollo.supervision.symbolic import RuleSet
+
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/serve_judge.sh": (
+        "Four Qwen2.5-32B-Instruct judge replicas, tensor parallel 2, on ports 8700-8703; about 5 minutes to load: "
+        "bash scripts/serve_judge.sh 8700-8703")}})
+    two = bg("bash scripts/serve_judge.sh 8700-8701", "serve")
+    four = bg("bash scripts/serve_judge.sh 8700-8703", "serve")
+    assert 0 in drops(traj(two, desc=DESC, facts=facts), "resource_waste")
+    assert drops(traj(four, desc=DESC, facts=facts), "resource_waste") == {}
+    rules = RuleSet.load(None)
+    awk = run("awk '{c[$1]++} END {for (k in c) print k, c[k]' f.jsonl", "$ awk …\nawk: line 2: missing } near end of file\n\n"
+              "[finished, exit code 2]", 2)
+    ta = traj(awk, desc=DESC, facts=FACTS)
+    assert rules.first_match(ta.steps[0], ta.task_id, ta.domain)[0].id == "compile_error"

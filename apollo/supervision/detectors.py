@@ -2105,7 +2105,21 @@ def _replica_arg(f: Facts, i: int) -> int | None:
         if re.search(r"(?i)\breplicas\b", f.script_docs.get(s, "")) and (
                 m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=\s|$)", f.command(i))):
             return int(m.group(1))
+        if re.search(r"(?i)\breplicas\b", f.script_docs.get(s, "")) and (ports := _script_ports(f.command(i), s)):
+            return len(ports)  # (set 29's spent test split) `serve_judge.sh 8700-8701`: one replica per port given
     return None
+
+
+_PORT_ARGS_RE = r"((?:\d{4,5}(?:\s*[-\u2013]\s*\d{4,5})?)(?:[\s,]+\d{4,5}(?:\s*[-\u2013]\s*\d{4,5})?)*)(?=[\s\"',;)}\]]|$)"
+
+
+def _script_ports(text: str, script: str) -> tuple[int, ...]:
+    """The ports given to ``script`` as its positional words in ``text`` (`serve_qa.sh 8600 8601`, `serve_judge.sh
+    8700-8703`); empty: none."""
+    from apollo.supervision.instructions import port_ids
+
+    m = re.search(rf"{re.escape(script)}\s+{_PORT_ARGS_RE}", text)
+    return port_ids(re.sub(r"\s+(?=\d)", ",", re.sub(r"\s*([-\u2013])\s*", r"\1", m.group(1)))) if m else ()
 
 
 def _replica_count_lowered(f: Facts, i: int) -> str | None:
@@ -2118,6 +2132,7 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
     runs = f.script_runs(i)
     documented = max([int(m.group(1)) for s in runs if (m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=[\s\"',)]|$)",
                                                                        f.script_docs.get(s, "")))] +
+                     [len(_script_ports(f.script_docs.get(s, ""), s)) for s in runs] +  # (ports: one replica each)
                      [_listed_ports(f)], default=0)
     each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
     pool = f.gpus or 0
