@@ -189,6 +189,13 @@ PORTS_BOOKED_RE = re.compile(r"(?i)\bports?\s+" + _PORTS + r"\b[^.;!?]{0,30}?\b(
 SCORE_AFTER_CHECK_RE = re.compile(r"(?i)\b(?:re-?)?run\s+(?:python3?\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+after\s+(?:every|each|any)\s+"
                                   r"([a-z][\w-]*)\s+(?:run|job|pass)\b,?\s+(?:and\s+)?before\s+(?:you\s+)?(?:look\s+at|read|check|open|see)"
                                   r"\s+(?:the\s+|its\s+|any\s+)?(?:score|results?|numbers?|metrics?|accuracy)\b")
+BEFORE_LAUNCH_RUN_RE = re.compile(r"(?i)\bbefore\s+(?:every|each|any)\s+(?:launch|start|run)\s+of\s+(?:the\s+)?`?(?:[\w./-]*train[\w./-]*|"
+                                  r"training|grpo|sft)`?\s*,?\s+(?:please\s+)?(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?([a-z][\w-]{3,})\s+"
+                                  r"(?:test|check|probe)s?\b")
+# (set 29's spent test split) "after every dev run, run the call audit *before* you look at the score": the check a word names
+SCORE_AFTER_WORD_RE = re.compile(r"(?i)\bafter\s+(?:every|each|any)\s+([a-z][\w-]*)\s+(?:run|job|pass)\b,?\s+(?:please\s+)?(?:re-?)?run\s+"
+                                 r"(?:the\s+|a\s+|your\s+)?(?:[a-z][\w-]*\s+)?([a-z][\w-]{3,})\s*\*?before\*?\s+(?:you\s+)?"
+                                 r"(?:look\s+at|read|check|open|see)\s+(?:the\s+|its\s+|any\s+)?(?:score|results?|numbers?|metrics?|accuracy)\b")
 # (round 35) "… run the audit " right before "before every eval": the word that names a check
 _RUN_WORD_END_RE = re.compile(r"(?i)\b(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?([a-z][\w-]{3,})(?:\s+(?:test|check|script|probe))?\s*$")
 FORBID_EVAL_RE = re.compile(rf"(?i)\b(?:{_NEG}\s+(?:calling\s+|to\s+call\s+|call\s+)?eval\w*|no\s+more\s+eval\w*"
@@ -877,6 +884,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
             # (round 35) "please run the audit before every eval": the check a word names (directives() finds its script)
             scope = "each" if re.search(r"(?i)\b(?:each|every|all)\s+(?:\w+\s+)?eval", pre_eval.group(0)) else "any"
             out.append(d("eval_needs_check", wm.group(1).lower(), {"scope": scope, "word": "1"}))
+        elif script is None and (sw := SCORE_AFTER_WORD_RE.search(sent)) and sw.group(2).lower() not in _ORDER_STOP:
+            out.append(d("score_needs_check", sw.group(2).lower(), {"after": sw.group(1).lower(), "word": "1"}))
         elif script and (sc := SCORE_AFTER_CHECK_RE.search(sent)):
             # (round 35) "run scripts/audit_calls.py after every dev run, before you look at the score": no order to run
             # it now; after each run the word names, S runs before the score is read
@@ -1126,6 +1135,10 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     if not any(x.kind == "train_needs_check" for x in out + res if x.text == sent):
         if (m := AFTER_CHANGE_RE.search(sent)) and m.group(1).lower() not in _ORDER_STOP:
             res.append(d("train_needs_check", m.group(1).lower(), {"word": "1", "topic": m.group(2).lower()}))
+        elif (m := BEFORE_LAUNCH_RUN_RE.search(sent)) and m.group(1).lower() not in _ORDER_STOP:
+            # (set 29's spent test split) "before every launch of train.sh, run the smoke test on exactly the loss and
+            # the config you are about to train"
+            res.append(d("train_needs_check", m.group(1).lower(), {"word": "1"}))
         for shape, rx in JOB_NEEDS_RES:
             if (m := rx.search(sent)):
                 chk, job = (m.group(1), m.group(2)) if shape == "cj" else (m.group(2), m.group(1))
@@ -1347,7 +1360,8 @@ def directives(f: Facts) -> list[Directive]:
                     if re.search(r"(?i)\b(?:until|till|before)\s+then\b", d.text):
                         d.values.setdefault("until", str(end))
             for d in new:
-                if d.kind == "eval_needs_check" and d.values.get("word"):  # (round 35) "the audit": scripts/audit_calls.py
+                if d.kind in ("eval_needs_check", "score_needs_check") and d.values.get("word"):  # (round 35) "the audit":
+                    # scripts/audit_calls.py
                     named = [sc for sc in f.scripts if d.target in re.split(r"[_.\-/]+", sc.lower())]
                     if len(named) == 1:
                         d.target = named[0]
