@@ -470,14 +470,24 @@ _ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-
 _FLOW_ARGV_RE = re.compile(r"\[\s*((?:[^\[\]\n,]*,\s*)*[\"']?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)[\"']?(?:\s*,\s*[^\[\]\n,]*)*)\s*\]")
 
 
+_PROGRAM_ARGS_RE = re.compile(r'"program"\s*:\s*"(?:\$\{[^}]*\}/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)"[^\[\]]{0,80}?"args"\s*:\s*\[([^\]\n]*)\]')
+_QUOTED_PATH_USAGE_RE = re.compile(r"""(?<=["'])(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\s+(-{1,2}[\w-][^"'\n]*)["']""")
+
+
 def _argv_usage(doc: str) -> str | None:
     """The arguments an argv list gives its script (None: the line has no such list)."""
     m = _ARGV_LIST_RE.search(doc) if "[" in doc or "(" in doc else None
+    if m is None and '"args"' in doc and (pa := _PROGRAM_ARGS_RE.search(doc)):
+        # (round 37) a VS Code launch.json entry: `"program": "scripts/grade_dev.py", "args": ["--ports", "8500-8503", …]`
+        return " ".join(re.findall(r"""["']([^"'\n]*)["']""", pa.group(1)))
     if m is None:
         # (round 35) a YAML flow sequence, items quoted or not: `args: [scripts/grade_dev.py, --n, "400", --ports, 8500-8507]`
         m = _FLOW_ARGV_RE.search(doc) if "[" in doc else None
         if m is None:
-            return None
+            # (round 37) an OpenRC `command_args="scripts/run_dev.py --ports 8400,8401 --concurrency 24 …"`: a quoted string
+            # that starts with the script's path, then its flags
+            q = _QUOTED_PATH_USAGE_RE.search(doc)
+            return q.group(1) if q else None
         items = [x.strip().strip("\"'") for x in m.group(1).split(",")]
         at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
         return " ".join(x for x in items[at + 1:] if x)

@@ -158,9 +158,16 @@ CODE_WORDS = {
     "solver": r"\b(?:from|import)\s+(?:pysat|z3|ortools|pycosat)\b|\bMinisat\w*\(|\bGlucose\w*\(",
     "brute": r"\bpermutations\(|\bitertools\.product\(|\bfrom\s+itertools\s+import\s+[^\n]*\bproduct\b",
     "network": r"\bimport\s+requests\b|\bfrom\s+requests\b|\burllib\.request\b|\bimport\s+httpx\b",
+    # (round 37) "compute_score has to be deterministic. No random numbers, no sampling inside the reward"
+    "random": r"\bimport\s+random\b|\bfrom\s+random\s+import\b|\brandom\.(?:random|uniform|gauss|choice|randint|sample)\(|"
+              r"\bnp\.random\.|\btorch\.rand",
 }
 _CODE_WORD_RE = re.compile(r"(?i)\b(sympy|signals?|threading|threads|multiprocessing|subprocess(?:es)?|solvers?|brute[\s-]?force|"
-                           r"network(?:\s+calls)?)\b")
+                           r"network(?:\s+calls)?|random(?:\s+numbers|ness)?)\b")
+# (round 37) "please don't use get_table in the scaffold": a function of the task's code, named, kept out of what the agent
+# writes
+FORBID_NAME_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never)\s+(?:use|call|add|put)\s+`?([a-z][a-z0-9]*_[a-z0-9_]+)`?(?:\(\))?\s+"
+                            r"(?:in|inside|within|from)\s+(?:the\s+)?([a-z][\w-]*)\b")
 FORBID_CODE_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:use|import|add|put|call)|do\s+not\s+(?:use|import|add|put|call)|"
                             r"never\s+(?:use|import|call)|without)\s+((?:(?:any|the|a|calls?\s+to)\s+)?"
                             r"(?:[\w-]+(?:\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*)?){1,4})")
@@ -1188,6 +1195,8 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             target = named.group(0) if named else ""
         if target and target.lower() not in ("the", "a", "one"):
             res.append(d("through_client", target))
+    if "_" in sent and (fn := FORBID_NAME_RE.search(sent)):
+        res.append(d("forbid_code", "", {"words": "", "names": fn.group(1), "where": fn.group(2).lower()}))
     mr = REPLICA_CAP_RE.search(sent)
     if mr and not mr.group(0).lower().startswith("only") and (n := _gpu_count(mr.group(1))) \
             and not NEG_CUE_RE.search(sent[:mr.start()]):
