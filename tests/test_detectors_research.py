@@ -3383,3 +3383,22 @@ def test_round_37_usage_in_openrc_and_launch_json_and_code_kept_out_by_name_or_b
                 "  in \"configs/loss.yaml\", line 4, column 8\n\n[finished, exit code 1]", 1)
     ty = traj(smoke, desc=DESC, facts=FACTS)
     assert rules.first_match(ty.steps[0], ty.task_id, ty.domain)[0].id == "compile_error"
+
+
+def test_spent_split_30_a_file_argument_is_no_setting_of_the_pipeline_as_shipped():
+    """From blind_research30's spent test split: the first eval after the provided feature script ran on the documented
+    input (`--in data/dev.jsonl`, where the usage line shows another file) still scores the pipeline as shipped; a
+    threshold of its own (`--min-score 0.7`) is a change."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/extract_feats.py": (
+        '"program": "scripts/extract_feats.py", "args": ["--in", "data/items.jsonl", "--min-score", "0.5", "--out", '
+        '"outputs/feats.jsonl"] # features of every item')}})
+    desc = DESC.replace("At most 3 eval calls.", "At most 3 eval calls. Score 0 = the shipped grader (Spearman 0.41).")
+    feats = run("python scripts/extract_feats.py --in data/dev.jsonl --out outputs/dev_feats.jsonl")
+    own = run("python scripts/extract_feats.py --in data/dev.jsonl --min-score 0.7 --out outputs/dev_feats.jsonl")
+    from apollo.supervision.detectors import _as_shipped
+    from apollo.supervision.facts import Facts
+
+    base = st("eval", {}, "Evaluation 1/3: overall_score=0\nspearman=0.41")
+    assert 1 in drops(traj(feats, base, desc=desc, facts=facts), "improper_eval")
+    t1, t2 = traj(feats, base, desc=desc, facts=facts), traj(own, base, desc=desc, facts=facts)
+    assert _as_shipped(Facts(t1, None), 1) and not _as_shipped(Facts(t2, None), 1)

@@ -3149,7 +3149,8 @@ def _as_shipped(f: Facts, i: int) -> bool:
             for s, sig, _, flags in f.script_calls(j):
                 shown = dict(sig.flags) if sig else {}
                 if any(fl not in shown or (shown[fl] and v and v != shown[fl] and not re.search(r"[A-Z]{2,}|<|\{", shown[fl]))
-                       for fl, v in flags.items() if not re.search(r"(?i)out|port|workers|shard|gpus|session", fl)):
+                       for fl, v in flags.items() if not re.search(r"(?i)out|port|workers|shard|gpus|session", fl)
+                       and not re.search(r"/|\.\w{2,5}$", v or "")):  # (a file it reads or writes is no setting: set 30)
                     return False  # a setting of its own (another threshold, a flag the line does not show)
     return True
 
