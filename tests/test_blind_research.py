@@ -199,6 +199,12 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
                                                    # on all 478 actions at 20116c9, held out; 0.97 / 0.91 after round 36
     ("blind_research29", "test", 65, 0.90, 0.85),  # its test split: 0.90 / 0.83 held out at 20116c9; round 36 (tuned on its
                                                    # dev split only): 0.90 / 0.83, measured once; 0.93 / 0.88 after c238d9d,
+                                                   # which looked at the spent split; 0.94 / 0.91 after 9283f46
+    ("blind_research30", None, 133, 0.95, 0.86),   # written and labeled after round 36: 0.97 / 0.86 on all 477 actions at
+                                                   # 9283f46, held out (the session's start, 9d3a6b8: 0.96 / 0.83); 0.97 /
+                                                   # 0.89 after round 37
+    ("blind_research30", "test", 65, 0.92, 0.88),  # its test split: 0.95 / 0.89 held out at 9283f46; round 37 (tuned on its
+                                                   # dev split only): 0.95 / 0.89, measured once; 0.95 / 0.91 after a980408,
                                                    # which looked at the spent split
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
