@@ -3103,8 +3103,8 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = "evaluated before changing anything (the untouched baseline scores ~0): a wasted eval"
         elif not changed and last_eval is not None:
             reason = f"nothing changed since the eval at step {last_eval}: a wasted eval"
-        elif last_eval is None and f.baseline_scored and (sc := _eval_score(f.obs[i])) is not None \
-                and sc <= BASELINE_SCORE_BAND and _as_shipped(f, i):
+        elif last_eval is None and (sc := _eval_score(f.obs[i])) is not None and sc <= BASELINE_SCORE_BAND \
+                and f.baseline_scored and _as_shipped(f, i):
             reason = (f"evaluated the pipeline as shipped (no file edited or created, the provided scripts run as their lines "
                       f"show), which scored {sc:g}, the task's stated baseline (score 0): a wasted eval")
         elif (k := _restores_eval(f, i, done)) is not None:
