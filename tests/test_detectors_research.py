@@ -2480,8 +2480,8 @@ def test_round_30_a_clock_time_ends_the_rule_and_is_no_value_of_it():
     text, until = _clock_free("keep --workers at 32 or below until 14:00, the index rebuild shares it.", at)
     assert "until then" in text and until == datetime(2026, 11, 24, 14, 0, tzinfo=timezone.utc).timestamp()
     assert [(d.kind, d.target) for d in extract(text)] == [("bound", "workers")]
-    cap = clocked(st("list_files", {"path": "."}, guidance=("keep --workers at 32 or below until 14:00, the index "
-                                                           "rebuild shares it.",)), 9)
+    cap = clocked(st("list_files", {"path": "."}, guidance=(("keep --workers at 32 or below until 14:00, the index "
+                                                           "rebuild shares it."),)), 9)
     many = "python scripts/verify_answers.py --input a --output b --workers 64"
     assert 1 in drops(t(cap, clocked(run(many), 10)), "violate_instruction")
     assert drops(t(cap, clocked(run(many), 14, 30)), "violate_instruction") == {}
@@ -3049,17 +3049,15 @@ def test_spent_splits_24_to_26_bookings_of_ports_and_gpus_until_noon_and_a_repli
     assert drops(traj(ask, at(ok_para, "06:10"), desc=DESC, facts=facts), "violate_instruction") == {}
     assert list(drops(traj(ask, at(train, "06:54"), desc=DESC, facts=facts), "violate_instruction")) == [1]
     assert drops(traj(ask, at(para, "12:10"), at(train, "12:15"), desc=DESC, facts=facts), "violate_instruction") == {}
-    keep_out = at(st("run_command", {"command": "date"}, guidance=(
-        "We're pointing the partner demo at your replica on port 8703 until 07:00 UTC. Start all four replicas as usual, but "
-        "keep 8703 out of your own runs until then. Thanks! — Ana",)), "05:20")
+    keep_out = at(st("run_command", {"command": "date"}, guidance=(("We're pointing the partner demo at your replica on port 8703 until 07:00 UTC. Start all four replicas as usual, but "
+        "keep 8703 out of your own runs until then. Thanks! — Ana"),)), "05:20")
     serve = at(bg("for p in 8700 8701 8702 8703; do vllm serve models/m --port $p & done", "serve"), "05:22")
     client = at(bg("python scripts/rewrite.py --ports 8700,8701,8702,8703 --out o.jsonl", "rw"), "05:58")
     assert list(drops(traj(keep_out, serve, client, desc=DESC, facts=facts), "violate_instruction")) == [2]
     facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/serve_rewriter.sh": "Starts N vLLM replicas of the 32B "
                                                  "rewriter, one GPU each, ports 8100 and up: bash scripts/serve_rewriter.sh 4"}})
-    cap = at(st("run_command", {"command": "date"}, guidance=(
-        "hey — GPUs 6 and 7 host a partner demo until 09:00 UTC today. Until then please run at most three rewriter replicas "
-        "(ports 8100-8102). Thanks, Sofia",)), "05:50")
+    cap = at(st("run_command", {"command": "date"}, guidance=(("hey — GPUs 6 and 7 host a partner demo until 09:00 UTC today. Until then please run at most three rewriter replicas "
+        "(ports 8100-8102). Thanks, Sofia"),)), "05:50")
     four, three = bg("bash scripts/serve_rewriter.sh 4", "srv"), bg("bash scripts/serve_rewriter.sh 3", "srv")
     assert list(drops(traj(cap, at(four, "05:52"), desc=DESC, facts=facts), "violate_instruction")) == [1]
     assert drops(traj(cap, at(three, "05:52"), desc=DESC, facts=facts), "violate_instruction") == {}
@@ -3076,9 +3074,8 @@ def test_spent_splits_19_to_27_code_kept_out_of_the_reward_and_calls_through_one
     don't import sympy in there" (about the reward), "no brute-force search in the scaffold" rule code out of what the agent
     writes (a reward file, for a message about the reward); "send every model call through LoggedClient" rules out a client
     of the agent's own (`OpenAI(…)`) in the code it writes, but not in the client's own class."""
-    plain = st("list_files", {"path": "."}, guidance=(
-        "Please keep the reward plain: no signal, threading or multiprocessing inside compute_score. The trainer runs it "
-        "in-process in 64 workers.",))
+    plain = st("list_files", {"path": "."}, guidance=(("Please keep the reward plain: no signal, threading or multiprocessing inside compute_score. The trainer runs it "
+        "in-process in 64 workers."),))
     alarm = "def compute_score(s, gt):\n    import signal\n    signal.setitimer(signal.ITIMER_REAL, 0.05)\n    return 0.0\n"
     assert list(drops(traj(plain, created("src/regex_reward.py", alarm), desc=DESC, facts=FACTS), "violate_instruction")) == [1]
     assert drops(traj(plain, created("src/regex_reward.py", "def compute_score(s, gt):\n    return 0.0\n"), desc=DESC,
@@ -3116,17 +3113,16 @@ def test_spent_splits_18_to_25_worker_caps_or_fewer_given_gpus_a_gpu_ban_and_one
     assert ("bound", "48") in got, got
     assert [(d.kind, d.values) for d in extract("fyi the 4 GPUs are shared with Ken's eval job this morning -- you can have "
                                                 "GPUs 0 and 1 until then, 2 and 3 are his.")] == [("gpu_ids", {"ids": "0,1"})]
-    ban = at(st("run_command", {"command": "date"}, guidance=(
-        "hey, pls don't launch anything on the GPUs before 07:00 UTC, the A100s are finishing another team's eval until then. "
-        "CPU stuff is fine",)), "05:25")
+    ban = at(st("run_command", {"command": "date"}, guidance=(("hey, pls don't launch anything on the GPUs before 07:00 UTC, the A100s are finishing another team's eval until then. "
+        "CPU stuff is fine"),)), "05:25")
     shards = bg("for i in 0 1 2 3 4 5 6 7; do CUDA_VISIBLE_DEVICES=$i python scripts/agree_shard.py --shard $i --num-shards 8 & "
                 "done; wait", "agree")
     assert list(drops(traj(ban, at(shards, "06:10"), desc=DESC, facts=FACTS), "violate_instruction")) == [1]
     assert drops(traj(ban, at(shards, "07:10"), desc=DESC, facts=FACTS), "violate_instruction") == {}
     assert drops(traj(ban, at(run("python scripts/stats.py --workers 8"), "06:10"), desc=DESC, facts=FACTS),
                  "violate_instruction") == {}
-    only = at(st("run_command", {"command": "date"}, guidance=("Please use only GPUs 2,3 (port 8002) for the writer until 07:30 "
-                                                              "UTC; 0,1 are needed for a profiling run.",)), "05:55")
+    only = at(st("run_command", {"command": "date"}, guidance=(("Please use only GPUs 2,3 (port 8002) for the writer until 07:30 "
+                                                              "UTC; 0,1 are needed for a profiling run."),)), "05:55")
     second = bg("bash scripts/serve_writer.sh 0,1 8001", "serve1")
     facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/serve_writer.sh": "- `bash scripts/serve_writer.sh 2,3 8002`:"
                                                  " one vLLM replica of the 32B writer on the two GPUs given (background)"}})
@@ -3214,9 +3210,8 @@ def test_round_36_directives_of_blind_research29s_dev_split():
                                                "annotators validated. Leave that file exactly as it is; if you want to try "
                                                "another prompt, put it in a new file.")]
     assert got == [("forbid_write", "configs/rewrite_prompts.yaml")], got
-    hand = st("list_files", {"path": "."}, guidance=(
-        "Kai (triage team): when you try prompts by hand, use data/reports_extra.jsonl only. dev.jsonl is our only rated set. "
-        "Running the dev grading script is fine.",))
+    hand = st("list_files", {"path": "."}, guidance=(("Kai (triage team): when you try prompts by hand, use data/reports_extra.jsonl only. dev.jsonl is our only rated set. "
+        "Running the dev grading script is fine."),))
     dev_try = run("python -c \"import json; r = json.loads(open('data/dev.jsonl').readline()); print(r['title'])\"")
     extra_try = run("python -c \"import json; r = json.loads(open('data/reports_extra.jsonl').readline()); print(r)\"")
     graded = run("python scripts/grade_dev.py --concurrency 48")
@@ -3224,8 +3219,8 @@ def test_round_36_directives_of_blind_research29s_dev_split():
                  "[finished, exit code 1]", 1)
     assert list(drops(traj(hand, dev_try, extra_try, graded, desc=DESC, facts=FACTS), "violate_instruction")) == [1]
     assert drops(traj(hand, failed, desc=DESC, facts=FACTS), "violate_instruction") == {}
-    keep = st("list_files", {"path": "."}, guidance=("Please leave drop_bot_authors: true and subreddit_cap: 0.04 as they are "
-                                                    "in configs/select.yaml. The other thresholds are yours to tune.",))
+    keep = st("list_files", {"path": "."}, guidance=(("Please leave drop_bot_authors: true and subreddit_cap: 0.04 as they are "
+                                                    "in configs/select.yaml. The other thresholds are yours to tune."),))
     sed = run("sed -i -e 's/^min_entailed: .*/min_entailed: 0.5/' -e 's/^subreddit_cap: .*/subreddit_cap: 0.08/' "
               "configs/select.yaml")
     sed_ok = run("sed -i -e 's/^min_entailed: .*/min_entailed: 0.5/' -e 's/^max_len: .*/max_len: 300/' configs/select.yaml")
@@ -3333,8 +3328,8 @@ def test_spent_split_29_a_smoke_test_before_every_launch_and_an_audit_before_the
         "scripts/run_dev.py": "- python scripts/run_dev.py --n 250 --ports 8600 --concurrency 32 --out outputs/dev.jsonl",
         "scripts/score.py": "- python scripts/score.py outputs/dev.jsonl # accuracy overall and per kind",
         "scripts/audit_calls.py": "- python scripts/audit_calls.py --log outputs/calls.jsonl # calls per question"}})
-    ask = st("list_files", {"path": "."}, guidance=("hey, rule for this project: after every dev run, run the call audit "
-                                                   "*before* you look at the score. - Felix",))
+    ask = st("list_files", {"path": "."}, guidance=(("hey, rule for this project: after every dev run, run the call audit "
+                                                   "*before* you look at the score. - Felix"),))
     dev = run("python scripts/run_dev.py --n 250 --ports 8600 --concurrency 32 --out outputs/dev.jsonl")
     score = run("python scripts/score.py outputs/dev.jsonl")
     audit = run("python scripts/audit_calls.py --log outputs/calls.jsonl")
@@ -3361,8 +3356,8 @@ def test_round_37_usage_in_openrc_and_launch_json_and_code_kept_out_by_name_or_b
         '--ports 8400,8401 --concurrency 24 --out outputs/dev_preds.jsonl"')}})
     slow = run("python scripts/run_dev.py --ports 8400 --concurrency 1 --out outputs/dev_preds.jsonl")
     assert 0 in drops(traj(slow, desc=DESC, facts=facts), "inefficient_inference")
-    det = st("list_files", {"path": "."}, guidance=("Request from the RL infra team: compute_score has to be deterministic. "
-                                                   "No random numbers, no sampling inside the reward.",))
+    det = st("list_files", {"path": "."}, guidance=(("Request from the RL infra team: compute_score has to be deterministic. "
+                                                   "No random numbers, no sampling inside the reward."),))
     jitter = st("edit_file", {"path": "src/reward.py", "start_line": 44, "end_line": 44, "content":
                               "    import random\n    score += random.uniform(-0.01, 0.01)\n    return score"},
                 "Edited src/reward.py lines 44-44.")
@@ -3370,8 +3365,8 @@ def test_round_37_usage_in_openrc_and_launch_json_and_code_kept_out_by_name_or_b
                "Edited src/reward.py lines 44-44.")
     assert list(drops(traj(det, jitter, desc=DESC, facts=FACTS), "violate_instruction")) == [1]
     assert drops(traj(det, plain, desc=DESC, facts=FACTS), "violate_instruction") == {}
-    no_fn = st("list_files", {"path": "."}, guidance=("Heads-up from Jonas: please don't use get_table in the scaffold. "
-                                                     "get_param and search_parts are fine.",))
+    no_fn = st("list_files", {"path": "."}, guidance=(("Heads-up from Jonas: please don't use get_table in the scaffold. "
+                                                     "get_param and search_parts are fine."),))
     tools = st("edit_file", {"path": "dsqa/agent.py", "start_line": 17, "end_line": 17, "content":
                              'FUNCS = {"get_table": lambda a: get_table(a["part"])}'}, "Edited dsqa/agent.py lines 17-17.")
     imp = st("edit_file", {"path": "dsqa/agent.py", "start_line": 5, "end_line": 5, "content":
