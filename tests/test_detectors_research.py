@@ -3190,6 +3190,9 @@ def test_spent_splits_22_26_separate_single_sample_requests_and_a_new_client_per
     assert "12 separate" in (repeated_single_samples(snippet) or "")
     varied = "    outs = [client.sample(PROMPTS[k], n=1)[0] for k in range(12)]"
     assert repeated_single_samples(varied) is None
+    retry = ("def ask(client, p):\n    for _ in range(3):\n        out = client.chat(p, n=1)\n        if out:\n"
+             "            return out\n    return None\n")
+    assert repeated_single_samples(retry) is None
     edit = st("edit_file", {"path": "agent/mbr.py", "start_line": 6, "end_line": 6, "content": snippet},
               "Edited agent/mbr.py lines 6-6.")
     assert 0 in drops(traj(edit, desc=DESC, facts=FACTS), "inefficient_inference")

@@ -1002,6 +1002,9 @@ def repeated_single_samples(code: str) -> str | None:
             nodes = [n for b in body for n in ast.walk(b)]
             if var and var != "_" and any(isinstance(n, ast.Name) and n.id == var for n in nodes):
                 continue  # the loop variable feeds the request: different prompts, not copies of one
+            if it.args[0].value <= 3 and any(isinstance(n, (ast.Break, ast.Return)) for n in nodes):
+                continue  # a retry loop (`for _ in range(3): … n=1 …; if ok: break`): one sample wanted, a few tries (24
+                # single draws that stop at the first good one are still 24 requests: set 14's labeler)
             for n in nodes:
                 if isinstance(n, ast.Call) and any(k.arg in _N_KW and isinstance(k.value, ast.Constant) and k.value.value == 1
                                                    for k in n.keywords):
