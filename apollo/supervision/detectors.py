@@ -988,8 +988,7 @@ def repeated_single_samples(code: str) -> str | None:
         return None
     for loop in ast.walk(tree):
         if isinstance(loop, (ast.ListComp, ast.GeneratorExp)):
-            gens, body = loop.generators, [loop.elt]
-            its = [(g.target, g.iter) for g in gens]
+            its, body = [(g.target, g.iter) for g in loop.generators], [loop.elt]
         elif isinstance(loop, ast.For):
             its, body = [(loop.target, loop.iter)], loop.body
         else:
@@ -2223,11 +2222,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
         if not f.oks[i]:
             continue
         if tool == "sleep" and p.flag_idle_sleep and not f.pending_before[i]:
-            try:
-                secs = float(f.args[i].get("seconds", 0))
-            except (TypeError, ValueError):
-                secs = 0.0
-            if secs >= p.idle_sleep_min_s:
+            if (secs := _secs(f, i)) >= p.idle_sleep_min_s:
                 out.append(_drop(i, "resource_waste", f"slept {secs:g} s with no job left to wait for"))
         elif tool == "sleep" and p.flag_idle_sleep and (stale := _sleep_after_seen_finished(f, i, p)):
             out.append(_drop(i, "resource_waste", stale))
@@ -2642,24 +2637,19 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
             for i in range(d.given_at, _lifted_at(d, f.n)):
                 if i not in found and f.tools[i] == "run_command" and f.oks[i] and (reason := breach(f, i, d)):
                     found[i] = reason
-    for d in (d for d in directives(f) if d.kind == "forbid_code"):  # "no signal, threading or multiprocessing inside
-        for i in range(d.given_at, f.n):  # compute_score": written code that brings it in
-            if i not in found and f.tools[i] in ("create_file", "edit_file") and f.oks[i] and (reason := _code_breach(f, i, d)):
-                found[i] = reason
-                if d.values.get("names"):
-                    break  # (round 37) a named function brought in once: the edits that wire it up carry the same breach
-    for d in (d for d in directives(f) if d.kind == "hand_data_only"):  # "when you try prompts by hand, use X only"
-        for i in range(d.given_at, f.n):
-            if i not in found and f.tools[i] == "run_command" and f.oks[i] and (reason := _hand_data_breach(f, i, d)):
-                found[i] = reason
-    for d in (d for d in directives(f) if d.kind == "through_client"):  # "send every model call through LoggedClient"
-        for i in range(d.given_at, f.n):
-            if i not in found and f.tools[i] in ("create_file", "edit_file") and f.oks[i] and (reason := _bypass_breach(f, i, d)):
-                found[i] = reason
-    for d in (d for d in directives(f) if d.kind == "gpus"):  # "use all four GPUs for training runs"
-        for i in range(d.given_at, f.n):
-            if i not in found and f.tools[i] == "run_command" and f.oks[i] and (reason := _gpu_count_breach(f, i, d)):
-                found[i] = reason
+    # directives each later action is checked against, in this order (a step keeps the first breach found):
+    # "no signal, threading or multiprocessing inside compute_score" (code written), "when you try prompts by hand, use X
+    # only", "send every model call through LoggedClient", "use all four GPUs for training runs"
+    for kind, tools, breach in (("forbid_code", ("create_file", "edit_file"), _code_breach),
+                                ("hand_data_only", ("run_command",), _hand_data_breach),
+                                ("through_client", ("create_file", "edit_file"), _bypass_breach),
+                                ("gpus", ("run_command",), _gpu_count_breach)):
+        for d in (d for d in directives(f) if d.kind == kind):
+            for i in range(d.given_at, f.n):
+                if i not in found and f.tools[i] in tools and f.oks[i] and (reason := breach(f, i, d)):
+                    found[i] = reason
+                    if d.values.get("names"):
+                        break  # (round 37) a named function brought in once: the edits that wire it up carry that breach
     return [_drop(i, "violate_instruction", reason) for i, reason in sorted(found.items())]
 
 
@@ -2767,11 +2757,7 @@ def _sleep_after_seen_finished(f: Facts, i: int, p: DetectorParams) -> str | Non
     if i == 0 or f.tools[i - 1] not in ("check_session_idle", "get_session_output") or not re.search(
             r"finished, exit code|\bis idle\b", f.obs[i - 1]):
         return None
-    try:
-        secs = float(f.args[i].get("seconds", 0))
-    except (TypeError, ValueError):
-        return None
-    if secs < p.idle_sleep_min_s:
+    if (secs := _secs(f, i)) < p.idle_sleep_min_s:
         return None
     now = f.steps[i].started_at
     for j in f.jobs_before[i]:

@@ -167,7 +167,7 @@ _CODE_WORD_RE = re.compile(r"(?i)\b(sympy|signals?|threading|threads|multiproces
 # (round 37) "please don't use get_table in the scaffold": a function of the task's code, named, kept out of what the agent
 # writes
 FORBID_NAME_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never)\s+(?:use|call|add|put)\s+`?([a-z][a-z0-9]*_[a-z0-9_]+)`?(?:\(\))?\s+"
-                            r"(?:in|inside|within|from)\s+(?:the\s+)?([a-z][\w-]*)\b")
+                            r"(?:in|inside|within|from)\s+(?:the\s+)?[a-z][\w-]*\b")
 FORBID_CODE_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:use|import|add|put|call)|do\s+not\s+(?:use|import|add|put|call)|"
                             r"never\s+(?:use|import|call)|without)\s+((?:(?:any|the|a|calls?\s+to)\s+)?"
                             r"(?:[\w-]+(?:\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*)?){1,4})")
@@ -1196,7 +1196,7 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         if target and target.lower() not in ("the", "a", "one"):
             res.append(d("through_client", target))
     if "_" in sent and (fn := FORBID_NAME_RE.search(sent)):
-        res.append(d("forbid_code", "", {"words": "", "names": fn.group(1), "where": fn.group(2).lower()}))
+        res.append(d("forbid_code", "", {"words": "", "names": fn.group(1)}))
     mr = REPLICA_CAP_RE.search(sent)
     if mr and not mr.group(0).lower().startswith("only") and (n := _gpu_count(mr.group(1))) \
             and not NEG_CUE_RE.search(sent[:mr.start()]):
