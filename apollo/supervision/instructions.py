@@ -168,6 +168,16 @@ _CODE_WORD_RE = re.compile(r"(?i)\b(sympy|signals?|threading|threads|multiproces
 # writes
 FORBID_NAME_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never)\s+(?:use|call|add|put)\s+`?([a-z][a-z0-9]*_[a-z0-9_]+)`?(?:\(\))?\s+"
                             r"(?:in|inside|within|from)\s+(?:the\s+)?[a-z][\w-]*\b")
+# (set 30's spent test split) a cap on calls the agent's code makes: "keep it to at most two run() calls per completion in
+# compute_score", "at most one retry when a judge call fails" — counted in the file a write leaves
+CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?)\s+(\d+|one|two|three|four|five)\s+"
+                         r"(?:`?([a-z_][a-z0-9_.]*)\(\)`?\s+calls?\b|(retr(?:y|ies))\b)")
+# (set 30's spent test split) "no dev questions or answers inside the prompts, not even as few-shot examples": items of
+# a held-out split kept out of what the agent writes
+SPLIT_LEAK_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:put|use|paste|copy|include)|never\s+(?:put|use|paste|copy|include))\s+"
+                           r"(?:any\s+)?(dev|test|validation|held-out)\s+(?:set\s+)?(?:questions?|items?|examples?|answers?|"
+                           r"rows?|data)\b[^.;]{0,40}?\b(?:in|inside|into)\s+(?:the\s+|any\s+)?(?:system\s+)?"
+                           r"(?:prompts?|scaffold|few-shot)")
 FORBID_CODE_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:use|import|add|put|call)|do\s+not\s+(?:use|import|add|put|call)|"
                             r"never\s+(?:use|import|call)|without)\s+((?:(?:any|the|a|calls?\s+to)\s+)?"
                             r"(?:[\w-]+(?:\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*)?){1,4})")
@@ -614,6 +624,11 @@ def port_ids(text: str) -> tuple[int, ...]:
 def _gpu_count(word: str) -> int | None:
     """A GPU count a human writes as a digit or a word ("6", "six")."""
     return _COUNT_WORDS.get(word.lower()) or (int(word) if word.isdigit() else None)
+
+
+def _cap_count(word: str) -> int | None:
+    """A small count a human writes as a digit or a word ("one", "2")."""
+    return {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}.get(word.lower()) or (int(word) if word.isdigit() else None)
 
 
 def _word_key(w: str) -> str | None:
@@ -1195,6 +1210,10 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             target = named.group(0) if named else ""
         if target and target.lower() not in ("the", "a", "one"):
             res.append(d("through_client", target))
+    if (ml := SPLIT_LEAK_RE.search(sent)) is not None:
+        res.append(d("split_leak", ml.group(1).lower()))
+    if ("()" in sent or "retr" in sent) and (mc := CALL_CAP_RE.search(sent)) and (n := _cap_count(mc.group(1))) is not None:
+        res.append(d("call_cap", mc.group(2) or "", {"v": str(n), "retry": "1" if mc.group(3) else ""}))
     if "_" in sent and (fn := FORBID_NAME_RE.search(sent)):
         res.append(d("forbid_code", "", {"words": "", "names": fn.group(1)}))
     mr = REPLICA_CAP_RE.search(sent)
