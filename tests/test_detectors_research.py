@@ -3425,3 +3425,18 @@ def test_spent_split_30_dev_items_kept_out_of_the_prompts():
     assert list(drops(t(rule, head, leak), "violate_instruction")) == [2]
     assert drops(t(rule, head, own), "violate_instruction") == {}
     assert drops(t(st("list_files", {"path": "."}), head, leak), "violate_instruction") == {}
+
+
+def test_spent_split_30_a_hatch_placeholder_keeps_the_rest_of_the_usage_line():
+    """From blind_research30's spent test split: a hatch script line (`--ckpt {args:outputs/ckpt/final} --split dev
+    --batch-size 512`) was cut at the placeholder, so `--batch-size 1` went unseen as one item at a time."""
+    from apollo.supervision.facts import signature
+
+    doc = ('predict = "python scripts/predict.py --ckpt {args:outputs/ckpt/final} --split dev --batch-size 512 --out '
+           'outputs/dev_preds.parquet" # Predicts the dev month with a checkpoint on one GPU')
+    assert dict(signature(doc).flags)["--batch-size"] == "512"
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/predict.py": doc}})
+    one = run("python scripts/predict.py --ckpt outputs/ckpt/final --split dev --batch-size 1 --out outputs/p.parquet")
+    full = run("python scripts/predict.py --ckpt outputs/ckpt/final --split dev --batch-size 512 --out outputs/p.parquet")
+    assert list(drops(traj(one, desc=DESC, facts=facts), "inefficient_inference")) == [0]
+    assert drops(traj(full, desc=DESC, facts=facts), "inefficient_inference") == {}
