@@ -3440,3 +3440,23 @@ def test_spent_split_30_a_hatch_placeholder_keeps_the_rest_of_the_usage_line():
     full = run("python scripts/predict.py --ckpt outputs/ckpt/final --split dev --batch-size 512 --out outputs/p.parquet")
     assert list(drops(traj(one, desc=DESC, facts=facts), "inefficient_inference")) == [0]
     assert drops(traj(full, desc=DESC, facts=facts), "inefficient_inference") == {}
+
+
+def test_spent_split_29_a_few_per_batch_over_a_corpus_and_one_line_pieces_of_a_file():
+    """From blind_research29's spent test split: a GPU encoding pass over a corpus at `--batch-size 4` (its line gives no batch
+    size) runs a few examples per forward pass; `split -l 1` and a loop of a batched client over the one-line pieces sends
+    one item per process. Full batches, and a loop over shards, are not."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS,
+        "scripts/encode_index.py": "cmd = python scripts/encode_index.py args = --ckpt outputs/splade/final --shard $(circus.wid) "
+                                   "--num-shards 4 --out outputs/index # Encodes data/corpus.tsv (one GPU per process)",
+        "scripts/write_items.py": ": outputs/states.jsonl |> python scripts/write_items.py --states %f --ports 8800 8801 "
+                                  "--concurrency 48 --out %o |> outputs/written.jsonl # sends each state to the replicas (async, "
+                                  "--concurrency requests in flight)"}})
+    enc = ("for s in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$s python scripts/encode_index.py --ckpt outputs/splade/final --shard $s "
+           "--num-shards 4 --batch-size {bs} --out outputs/index & done; wait")
+    assert list(drops(traj(run(enc.format(bs=4)), desc=DESC, facts=facts), "inefficient_inference")) == [0]
+    assert drops(traj(run(enc.format(bs=256)), desc=DESC, facts=facts), "inefficient_inference") == {}
+    pieces = ("split -l {n} -a 5 outputs/states.jsonl outputs/one_ && for f in outputs/one_*; do python scripts/write_items.py "
+              "--states $f --ports 8800 8801 --out $f.out; done")
+    assert list(drops(traj(run(pieces.format(n=1)), desc=DESC, facts=facts), "inefficient_inference")) == [0]
+    assert drops(traj(run(pieces.format(n=10000)), desc=DESC, facts=facts), "inefficient_inference") == {}

@@ -1143,7 +1143,9 @@ def inline_one_at_a_time(cmd: str) -> str | None:
 
 # a shell loop over many items ("for i in $(seq 1 24000)", "while read line", "cat f | while"): one pass per item
 _ITEM_LOOP_RE = re.compile(r"(?s)\bfor\s+\w+\s+in\s+\$\(\s*seq\s+(?:(-?\d+)\s+)?(?:\d+\s+)?(\d+)\s*\)\s*;\s*do\b(.*?)\bdone\b"
-                           r"|\bwhile\s+(?:IFS=\S*\s+)?read\b[^;]*;\s*do\b(.*?)\bdone\b")
+                           r"|\bwhile\s+(?:IFS=\S*\s+)?read\b[^;]*;\s*do\b(.*?)\bdone\b"
+                           # (set 29's spent test split) a file split into one-line pieces, then a loop over the pieces
+                           r"|\bsplit\s+(?:-[a-km-z]\s*\S+\s+)*-l\s*1\s.*?\bfor\s+\w+\s+in\s+[^;]*;\s*do\b(.*?)\bdone\b")
 # what a model call looks like in a one-liner, and in a provided script's line
 _MODEL_CALL_RE = re.compile(r"\bClient\(|\bLLM\(|\.generate\(|\bpipeline\(|\bsolve\(|\bjudge\w*\(|from_pretrained\(|"
                             r"completions\.create\(")
@@ -1159,13 +1161,15 @@ def _process_per_item(f: Facts, i: int) -> str | None:
     if "do" not in cmd or "python" not in cmd:
         return None
     for m in _ITEM_LOOP_RE.finditer(cmd):
-        body = m.group(3) if m.group(3) is not None else m.group(4)
+        body = next(g for g in (m.group(3), m.group(4), m.group(5), "") if g is not None)
         if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < 49:
             continue
         if _runs_in_parallel(cmd, m, body):
             continue
-        runs = [s for s in _script_runs(body) if _MODEL_DOC_RE.search(f.script_docs.get(s, ""))]
-        n = f"{int(m.group(2)) - int(m.group(1) or 1) + 1:,} items" if m.group(2) else "the lines of a file"
+        runs = [s for s in _script_runs(body) if _MODEL_DOC_RE.search(f.script_docs.get(s, ""))
+                or (m.group(5) is not None and _ASYNC_DOC_RE.search(f.script_docs.get(s, "")))]  # (a batched client too)
+        n = f"{int(m.group(2)) - int(m.group(1) or 1) + 1:,} items" if m.group(2) else \
+            "the lines of a file" if m.group(5) is None else "a file split into one-line pieces"
         if runs:
             return f"runs {runs[0]} once per item in a shell loop over {n}: the model is loaded (or called) per item"
         if any(_MODEL_CALL_RE.search(code) for code in inline_programs(body)):
@@ -1224,6 +1228,11 @@ def _serial_flag(f: Facts, i: int) -> str | None:
         bs = next((fl for fl in flags if _ONE_BATCH_FLAG_RE.match(fl) and flags[fl] == "1" and fl not in shown), None)
         if bs and _DEV_CHECK_NAME_RE.search(s) and gpu_job(f, i)[0]:
             return f"runs {s} with {bs} 1: one example per forward pass"
+        # (set 29's spent test split) a batch of a few for a GPU encoding or prediction pass whose line gives no batch size
+        # (`encode_index.py --shard $s … --batch-size 4` over a whole corpus)
+        few = next((fl for fl in flags if _BS_FLAG_RE.match(fl) and flags[fl] in ("1", "2", "4") and fl not in shown), None)
+        if few and _INFER_NAME_RE.search(s) and gpu_job(f, i)[0]:
+            return f"runs {s} with {few} {flags[few]}: {flags[few]} example(s) per forward pass over its whole input"
         # (round 32) a concurrency of 1 or 2 for a client whose line sends batched async requests and shows no concurrency
         # (`write_items.py … --concurrency 2`: "batched async requests to both replicas")
         few = next((fl for fl in flags if _CONCURRENCY_FLAG_RE.match(fl) and flags[fl] in ("1", "2") and fl not in shown), None)
@@ -1232,6 +1241,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     return None
 
 
+_BS_FLAG_RE = re.compile(r"--(?:bs|batch(?:[_-]?size)?)$")
+_INFER_NAME_RE = re.compile(r"(?i)(?:^|/)[\w-]*(?:encode|embed|predict|infer)[\w-]*\.py$")
 _CONCURRENCY_FLAG_RE = re.compile(r"--(?:max[_-])?(?:concurren(?:cy|t)(?:[_-]requests)?|in[_-]?flight)$")  # (set 28's
 # spent test split: `--inflight 4` of 64 requests in flight per replica)
 _ASYNC_DOC_RE = re.compile(r"(?i)\basync(?:hronous)?\b|\bconcurrent(?:ly)?\b|\bin\s+flight\b|\bbatched\b[^.;]{0,30}\brequests\b")
