@@ -360,6 +360,16 @@ def test_precedence_symbolic_then_rule_then_llm():
     assert not d.keep and d.flagged  # a drop stands; the failed judge call is still visible
     assert combine([]) == MaskDecision(keep=True, source="rule", reason="no symbolic rule or detector matched")
     assert combine([Finding(0, "violate_instruction", "llm", True, "judge: follows it", "m")]).source == "llm"
+    # (spent test splits of sets 26, 27 and 30) a second copy of a running job that also breaks a directive: the labelers
+    # named the copy; any other waste beside a breach still yields to the breach
+    from apollo.supervision.detectors import DUPLICATE_JOB
+
+    order = {"violate_instruction": 0, "resource_waste": 1}
+    breach = Finding(0, "violate_instruction", "rule", False, "set min_agree = 1", "violate_instruction")
+    dup = Finding(0, "resource_waste", "rule", False, "started a second guard.py", DUPLICATE_JOB)
+    assert combine([breach, dup], order).category == "resource_waste"
+    assert combine([breach, Finding(0, "resource_waste", "rule", False, "1 of 8 GPUs")], order).category == \
+        "violate_instruction"
 
 
 def test_mask_keeps_inputs_and_is_deterministic(labeled):

@@ -9,7 +9,9 @@ Precedence (documented in the README section "Action masks"):
    judge). Within a source, rules in file order and detectors in ``mask.detectors`` order decide.
    One exception: a detector's ``violate_instruction`` or ``inefficient_inference`` names a step
    before a symbolic ``runtime_error``, ``compile_error``, ``refused_action`` or ``explicit_failure`` of it (a breach or a
-   serial job that also crashed or was refused: every research set's labelers name the breach).
+   serial job that also crashed or was refused: every research set's labelers name the breach); and a
+   ``resource_waste`` second copy of a running job names it before a ``violate_instruction`` of the
+   same step (the copy also broke a directive: the labelers of sets 26, 27 and 30 named the copy).
    The decision's ``category``/``reason`` are the winner's; the reason lists the other categories
    that also fired (``also: …``).
 3. **The judge is asked only about steps still kept** after symbolic rules and detectors (a drop
@@ -116,6 +118,12 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
     if drops:
         drops.sort(key=lambda f: (SOURCE_ORDER.get(f.source, 9), order.get(f.category, 99)))
         w = drops[0]
+        # (spent test splits of sets 26, 27, 30) a second copy of a running job that also breaks a directive (the copy
+        # outside the GPUs a message left it, at a batch size it was told to stay under): the labelers name the copy
+        if w.category == "violate_instruction" and len(drops) > 1 and (
+                dup := next((f for f in drops if f.by == DUPLICATE_JOB), None)) is not None:
+            w = dup
+            drops = [w] + [f for f in drops if f is not w]
         if w.category in _OUTRANKED and len(drops) > 1:
             # a directive's breach, or serial inference, names a step better than the error it also raised or the
             # refusal it got (the labelers of every research set named them first: 10 such steps of the dev data)
