@@ -1,6 +1,6 @@
 """Action-level supervision: symbolic rules + rule detectors + LLM judge → one decision per step.
 
-Precedence (documented in the README section "Action masks"):
+Precedence (this docstring is where it is documented; docs/results.md records each change and its measurement):
 
 1. **A drop beats a keep.** Any source that says "drop" drops the action (its loss is masked; the
    action stays in the context of later actions).
