@@ -3460,3 +3460,25 @@ def test_spent_split_29_a_few_per_batch_over_a_corpus_and_one_line_pieces_of_a_f
               "--states $f --ports 8800 8801 --out $f.out; done")
     assert list(drops(traj(run(pieces.format(n=1)), desc=DESC, facts=facts), "inefficient_inference")) == [0]
     assert drops(traj(run(pieces.format(n=10000)), desc=DESC, facts=facts), "inefficient_inference") == {}
+
+
+def test_spent_splits_17_20_a_key_list_in_a_file_and_a_key_inside_a_function():
+    """From the spent test splits of sets 17 and 20: "Don't touch host_cap or token_budget in configs/select.yaml" guards each
+    key of the list (an edit of token_budget breaks it, one of a threshold does not); "keep the sandbox timeout in
+    compute_score at 1 second or less" bounds the timeout, not compute_score (`timeout=3.0` breaks it, 1.0 does not)."""
+    keys = st("list_files", {"path": "."}, guidance=(
+        "Don't touch host_cap or token_budget in configs/select.yaml, those two come from the data council.",))
+    assert [x.values["topic"] for x in extract(keys.guidance[0].text)] == ["host_cap", "token_budget"]
+    budget = st("edit_file", {"path": "configs/select.yaml", "start_line": 7, "end_line": 7, "content": "token_budget: 1.0e10"},
+                "Edited configs/select.yaml lines 7-7.")
+    thresh = st("edit_file", {"path": "configs/select.yaml", "start_line": 3, "end_line": 3, "content": "min_quality: 0.4"},
+                "Edited configs/select.yaml lines 3-3.")
+    assert list(drops(t(keys, budget), "violate_instruction")) == [1]
+    assert drops(t(keys, thresh), "violate_instruction") == {}
+    limit = st("list_files", {"path": "."}, guidance=("Keep the sandbox timeout in compute_score at 1 second or less please.",))
+    assert [(x.kind, x.target, x.values["v"]) for x in extract(limit.guidance[0].text)] == [("bound", "timeout", "1")]
+    line = "    res = shellbox.run(cmd, fixture=ground_truth['fixture'], timeout={v})"
+    for v, want in (("3.0", [1]), ("1.0", [])):
+        edit = st("edit_file", {"path": "src/shell_reward.py", "start_line": 21, "end_line": 21, "content": line.format(v=v)},
+                  "Edited src/shell_reward.py lines 21-21.")
+        assert list(drops(t(limit, edit), "violate_instruction")) == want

@@ -255,7 +255,9 @@ NO_RAISE_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(raise|increase|low
 # "Don't change TEMPERATURE in patch_agent.py", "don't change MAX_STEPS in planner.py": one key of one file
 NO_TOUCH_KEY_IN_RE = re.compile(rf"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|modify|edit|alter|tune)\s+(?:the\s+)?`?"
                                 rf"(?!(?:it|this|that|them|anything|everything|things|stuff|code|file|logic|lines?)\b)"
-                                rf"([A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9])`?\s+in\s+(?:the\s+file\s+)?`?{_PATH}")
+                                rf"([A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9]`?(?:\s*,?\s+(?:or|and|nor)\s+`?[A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*[A-Za-z0-9]`?"
+                                rf"|,\s*`?[A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*[A-Za-z0-9]`?)*)`?\s+in\s+(?:the\s+file\s+)?`?{_PATH}")
+# (set 20's spent test split: "Don't touch host_cap or token_budget in configs/select.yaml": each key of the list)
 NO_TOUCH_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|modify|edit|alter|tune)\s+(?:the\s+|any\s+)?"
                          r"(.+?)(?:\s+(?:settings?|values?|parameters?|hyperparameters?|knobs?))?\s*(?:[.;!,]|\s+(?:they|it|as|since|because)\b"
                          r"|\s+(?:-{2,3}|\u2014|\u2013)(?=\s)|$)")  # (round 29: "Don't touch min_quality -- it's calibrated …")
@@ -999,7 +1001,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
         if m and m.group(2).lower() != "it":
             out.append(d("no_change", m.group(2), {"dir": "up" if m.group(1).lower() in ("raise", "increase") else "down"}))
         for m in NO_TOUCH_KEY_IN_RE.finditer(sent):
-            out.append(d("no_touch", rf"(?:^|[_.]){re.escape(m.group(1).lower())}$", {"topic": m.group(1)}))
+            for key in re.split(r"\s*,?\s+(?:or|and|nor)\s+|\s*,\s*", m.group(1).replace("`", "")):
+                out.append(d("no_touch", rf"(?:^|[_.]){re.escape(key.lower())}$", {"topic": key}))
         m = NO_TOUCH_RE.search(sent)
         if m and not FORBID_WRITE_RE.search(sent) and not re.search(_PATH, m.group(1)):
             for topic in re.split(r"\s*(?:,|\band\b|\bor\b)\s*", m.group(1)):
@@ -2586,6 +2589,9 @@ def _g_clause(sent: str, pos: int) -> tuple[int, int]:
     return lo, (pos + m.start()) if m else len(sent)
 
 
+_G_IN_FUNC_RE = re.compile(r"(?i)\b([a-z]{4,})\s+(?:in|inside)\s+(?:the\s+)?$")
+
+
 def generic_constraints(sent: str) -> list[Directive]:
     """The (subject, relation, value) constraints of one sentence, as ``bound`` / ``keep`` directives."""
     if not _G_CUE_RE.search(sent):
@@ -2644,6 +2650,11 @@ def generic_constraints(sent: str) -> list[Directive]:
         if subj is None:
             continue
         _, _, target, match = subj
+        if (loc := _G_IN_FUNC_RE.search(sent[max(0, subj[0] - 40):subj[0]])) is not None and \
+                loc.group(1).lower() not in _G_KEEP_STOP:
+            # (set 17's spent test split) "keep the sandbox timeout in compute_score at 1 second or less": the function
+            # or file after "in" is where the key lives; the word before it is the key
+            target, match = loc.group(1).lower(), "exact"
         if kind == "range":
             out.append(Directive("bound", target, {"op": "ge", "v": vals["lo"], "match": match, "generic": "1"}, 0, sent))
             out.append(Directive("bound", target, {"op": "le", "v": vals["hi"], "match": match, "generic": "1"}, 0, sent))
