@@ -3482,3 +3482,17 @@ def test_spent_splits_17_20_a_key_list_in_a_file_and_a_key_inside_a_function():
         edit = st("edit_file", {"path": "src/shell_reward.py", "start_line": 21, "end_line": 21, "content": line.format(v=v)},
                   "Edited src/shell_reward.py lines 21-21.")
         assert list(drops(t(limit, edit), "violate_instruction")) == want
+
+
+def test_spent_splits_20_21_an_own_script_named_for_a_provided_one_that_reads_its_input():
+    """From the spent test splits of sets 20-21: `tools/myprobe.py` / `tools/probe_table.py` reading `data/probe.jsonl` where
+    `scripts/probe_reward.py --probe data/probe.jsonl` reports the reward per probe kind is that report written again; a
+    script of another name reading the same file, or one named "probe" that reads other data, is not."""
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/probe_reward.py": (
+        'probe := { "python scripts/probe_reward.py --reward src/fc_reward.py --probe data/probe.jsonl".! } # reward of every '
+        'probe completion; agreement with the labels per kind')}})
+    code = ("import json\nfrom src.fc_reward import compute_score\nby = {{}}\nfor r in map(json.loads, open('{src}')):\n"
+            "    by.setdefault(r['label'], []).append(compute_score(r['completion'], r['gt']))\nprint(by)\n")
+    for path, src, want in (("tools/myprobe.py", "data/probe.jsonl", [0]), ("tools/probe_table.py", "data/probe.jsonl", [0]),
+                            ("tools/table.py", "data/probe.jsonl", []), ("tools/myprobe.py", "data/dev.jsonl", [])):
+        assert list(drops(traj(created(path, code.format(src=src)), desc=DESC, facts=facts), "ignore_script")) == want, path

@@ -646,7 +646,24 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
             hits = _prefixed(sig, _code_words(content) | words)
             if len(hits) >= 3 and 2 * len(hits) >= len(sig):
                 return s  # tidy_pairs.py doing select_pairs.py's --min_labse/--max_len_ratio/--drop_copies/--dedup
+        if _named_reader_of(f, s, path, content):
+            return s
     return _same_metrics(f, content, uses_model) or (_own_sampler(f, content) if uses_model else None)
+
+
+def _named_reader_of(f: Facts, s: str, path: str, content: str) -> bool:
+    """(spent test splits of sets 20-21) A created script named for provided script ``s`` (a word of its name, whole or
+    inside one: ``probe_table.py``, ``myprobe.py`` / ``probe_reward.py``) that reads the input ``s``'s line names
+    (``--probe data/probe.jsonl``): ``s``'s report or filter written again."""
+    doc = f.script_docs.get(s, "")
+    ins = {p for p in _DOC_PATH_RE.findall(_OUT_ARG_RE.sub("", doc)) if "/" in p and not p.endswith((".py", ".sh"))}
+    if not ins or not ins & {a or b for a, b in _OPEN_READ_RE.findall(content)}:
+        return False
+    mine = os.path.basename(path).rsplit(".", 1)[0].lower()
+    return any(len(w) >= 5 and w in mine for w in _plain_words(s) - _GENERIC_TOOL_WORDS)
+
+
+_GENERIC_TOOL_WORDS = frozenset({"build", "make", "tools", "utils", "script", "scripts", "stats", "report", "summary"})
 
 
 def _variant_of_output(doc: str, content: str, writes: list[str]) -> bool:
