@@ -3496,3 +3496,48 @@ def test_spent_splits_20_21_an_own_script_named_for_a_provided_one_that_reads_it
     for path, src, want in (("tools/myprobe.py", "data/probe.jsonl", [0]), ("tools/probe_table.py", "data/probe.jsonl", [0]),
                             ("tools/table.py", "data/probe.jsonl", []), ("tools/myprobe.py", "data/dev.jsonl", [])):
         assert list(drops(traj(created(path, code.format(src=src)), desc=DESC, facts=facts), "ignore_script")) == want, path
+
+
+def test_spent_splits_16_to_26_what_a_message_leaves_the_agent_is_no_idle_pool():
+    """From the spent test splits of sets 16-26: GPUs a message hands to someone else ("GPUs 2 and 3 go to Ana's job", "the
+    other team has GPUs 4-7 until 15:00") and the GPU count it asks for (`--dp 4 for dev_ast`) bound what the pool has
+    free: a server or a dev check that fills what is left is no waste, nor is a sleep inside a window the agent was told
+    not to launch in, before it launched anything. Without the message each is flagged as before."""
+    from apollo.supervision.instructions import extract
+
+    assert [(x.kind, x.values) for x in extract("Heads up: GPUs 2 and 3 go to Ana's job for about two hours. Please stick "
+                                                "to GPUs 0 and 1 until I tell you they're back.")] == [
+        ("gpu_ids", {"booked": "2,3"}), ("gpu_ids", {"ids": "0,1"})]
+    assert [x.values for x in extract("GPU note: the other team has GPUs 4-7 until 15:00 today.")] == [{"booked": "4,5,6,7"}]
+    assert extract("you can have GPUs 0 and 1 until 11:00")[0].values == {"ids": "0,1"}  # (not a booking of 0 and 1)
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/dev_ast.py": (
+        "- `python scripts/dev_ast.py --ckpt DIR [--dp 8]`: AST match on the dev set with vLLM, data parallel over GPUs")}})
+    dev = bg("python scripts/dev_ast.py --ckpt models/qwen --dp 4", "dev")
+    asked = st("list_files", {"path": "."}, guidance=(
+        "Please use --dp 4 for dev_ast today: the other four GPUs run the nightly regression until about 18:00.",))
+    assert 1 in drops(traj(st("list_files", {"path": "."}), dev, desc=DESC, facts=facts), "resource_waste")
+    assert drops(traj(asked, dev, desc=DESC, facts=facts), "resource_waste") == {}
+    # a sleep inside a launch ban, before anything was launched: waiting, as asked
+    ban = at(st("list_files", {"path": "."}, guidance=(
+        "hey, pls don't launch anything on the GPUs before 07:00 UTC, the A100s are finishing another team's eval.",)), "06:00")
+    nap = at(st("sleep", {"seconds": 1800}, "Slept 1800 s."), "06:05")
+    later = at(bg("bash scripts/train.sh data/sft.jsonl outputs/ckpt/final", "train"), "07:01")
+    assert drops(traj(ban, nap, later, desc=DESC, facts=FACTS), "resource_waste") == {}
+    assert 1 in drops(traj(at(st("list_files", {"path": "."}), "06:00"), nap, later, desc=DESC, facts=FACTS), "resource_waste")
+
+
+def test_spent_split_23_a_device_loop_by_flag_and_a_luigi_f_string_usage():
+    """From blind_research23's spent test split: `for g in 0 1 2 3; do … --gpu $g … & done` runs on four GPUs (not one), and
+    a Luigi task's usage `f"python scripts/layout_clf.py --group {self.shard} --gpu {self.shard} --batch-size 512 …"` keeps
+    its flags, so `--batch-size 1` is one table at a time."""
+    from apollo.supervision.detectors import gpu_job
+    from apollo.supervision.facts import Facts, signature
+
+    doc = ('layout-vs-data probability per table for shard group I on GPU I; run one per GPU sh(f"python scripts/layout_clf.py '
+           '--group {self.shard} --gpu {self.shard} --batch-size 512 --in outputs/tables --out outputs/scores")')
+    assert dict(signature(doc).flags)["--batch-size"] == "512"
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/layout_clf.py": doc}})
+    loop = "for g in 0 1 2 3; do python scripts/layout_clf.py --group $g --gpu $g --batch-size {bs} --in outputs/tables & done; wait"
+    t4 = traj(bg(loop.format(bs=512), "clf"), desc=DESC, facts=facts)
+    assert gpu_job(Facts(t4, None), 0) == (True, 4)
+    assert list(drops(traj(bg(loop.format(bs=1), "clf"), desc=DESC, facts=facts), "inefficient_inference")) == [0]

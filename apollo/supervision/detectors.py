@@ -1865,7 +1865,8 @@ _ONE_PER_GPU_RE = re.compile(r"(?i)\breplicas?\b(?:[^.;]|\.(?=\w)){0,60}\b(?:(?:
                              + _PER_GPU_RE.pattern[4:])  # (round 34: "N vLLM replicas of …, one GPU each")
 _REPLICAS_TP_ENV_RE = re.compile(r"(?:^|[\s;&(])(REPLICAS|TP)=(\d+)(?=\s)")
 _CUDA_DEV_RE = re.compile(r"CUDA_VISIBLE_DEVICES=['\"]?([\d,]*)")
-_DEVICE_LOOP_RE = re.compile(r"\bfor\s+(\w+)\s+in\s+((?:\d+\s+)*\d+)\s*;\s*do\b[^\n]*?CUDA_VISIBLE_DEVICES=['\"]?\$\{?\1\b")
+_DEVICE_LOOP_RE = re.compile(r"\bfor\s+(\w+)\s+in\s+((?:\d+\s+)*\d+)\s*;\s*do\b[^\n]*?(?:CUDA_VISIBLE_DEVICES=['\"]?|--(?:gpu|device)(?:[_-]?ids?)?[= ]+)"
+                             r"\$\{?\1\b")  # (set 23's spent test split: `--gpu $g`, one job per GPU)
 _LAUNCHER_RE = re.compile(r"\b(?:torchrun|deepspeed|accelerate\s+launch|python3?\s+-m\s+torch\.distributed\.\w+)\b")
 _GPU_JOB_RE = re.compile(r"(?i)(?:train|finetun|fine_tun|sft|dpo|ppo|grpo|rlhf|pretrain|distill|infer|generat|"
                          r"sample|rollout|vllm|serve|llamafactory|verl)")
@@ -1938,6 +1939,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
             n = len(lp.group(2).split())
         return True, n or None
     counts = _gpu_arg_counts(cmd)
+    if "--" in cmd and (lp := _DEVICE_LOOP_RE.search(cmd)):  # (set 23's spent test split) `for g in 0 1 2 3; do … --gpu $g &`
+        counts = [len(lp.group(2).split())]
     env = _GPU_ENV_RE.search(cmd) if "=" in cmd else None  # `GPUS=4 bash scripts/run_grpo.sh …` ("on `GPUS` GPUs")
     if env and any(re.search(rf"\b{env.group(1)}\b", f.script_docs.get(s, "")) or (
             # (round 31) a GPU-count name by itself (`NGPU=4 bash scripts/train_sft.sh …`, whose line says "on 8 GPUs")
@@ -2250,7 +2253,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
         if not f.oks[i]:
             continue
         if tool == "sleep" and p.flag_idle_sleep and not f.pending_before[i]:
-            if (secs := _secs(f, i)) >= p.idle_sleep_min_s:
+            if (secs := _secs(f, i)) >= p.idle_sleep_min_s and not _in_ban_window(f, i):
                 out.append(_drop(i, "resource_waste", f"slept {secs:g} s with no job left to wait for"))
         elif tool == "sleep" and p.flag_idle_sleep and (stale := _sleep_after_seen_finished(f, i, p)):
             out.append(_drop(i, "resource_waste", stale))
@@ -2305,9 +2308,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 # another on one GPU while the pool idles (a loop that backgrounds each, `… & done`, runs them together)
                 out.append(_drop(i, "resource_waste", f"ran a loop of one-GPU jobs one after another on one GPU while "
                                                       f"{pool} were free"))
-            elif p.flag_gpu_underuse and runs and (few := _fewer_replicas(f, i)):
+            elif p.flag_gpu_underuse and runs and (few := _fewer_replicas(f, i)) and not _ports_held_back(f, i):
                 out.append(_drop(i, "resource_waste", few))
-            elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and (
+            elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and not _fills_cap(f, i) and (
                     srv := _lone_server(f, i, pool) or _replicas_left_unstarted(f, i) or _replica_count_lowered(f, i)):
                 out.append(_drop(i, "resource_waste", srv))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
@@ -2993,7 +2996,52 @@ def _gpu_cap(f: Facts, i: int) -> int | None:
     caps = [int(d.values["v"]) for d in directives(f) if d.kind == "gpus_cap" and d.given_at <= i < _lifted_at(d, f.n)]
     caps += [len(a) for d in directives(f) if d.kind == "gpu_ids" and d.given_at <= i < _lifted_at(d, f.n)
              and (a := _allowed_gpus(f, d))]  # (round 16) the ids left while others are booked
+    # (set 21's spent test split) "Please use --dp 4 for dev_ast today: the other four GPUs run the nightly regression":
+    # a GPU-count flag asked for the script run here
+    caps += [int(float(d.values["v"])) for d in directives(f) if d.kind == "flag" and _GPU_COUNT_FLAG_RE.match(d.target)
+             and d.given_at <= i < _lifted_at(d, f.n) and re.fullmatch(r"\d+", str(d.values.get("v", "")))
+             and (not d.values.get("script") or any(same_script(r, d.values["script"]) for r in f.script_runs(i)))]
     return min(caps) if caps else None
+
+
+_GPU_COUNT_FLAG_RE = re.compile(r"--(?:dp|tp|data[_-]parallel(?:[_-]size)?|tensor[_-]parallel(?:[_-]size)?|n?gpus|num[_-]gpus|"
+                                r"nproc(?:[_-]per[_-]node)?)$")
+
+
+def _fills_cap(f: Facts, i: int) -> bool:
+    """(spent test splits of sets 16 and 22-23) Launch ``i`` takes every GPU a message left the agent ("GPUs 4-7 are
+    reserved …, please only use 0-3": a server on 4 of the 8): the rest of the pool is not its to fill."""
+    cap = _gpu_cap(f, i)
+    if cap is None:
+        return False
+    used = gpus_used(f.command(i)) or gpu_job(f, i)[1]
+    return used is not None and used >= cap
+
+
+def _ports_held_back(f: Facts, i: int) -> bool:
+    """(set 24's spent test split) A port booking is in force at step ``i`` ("keep 8703 out of your own runs"): a client
+    on the other replicas' ports leaves none idle of its own choosing."""
+    from apollo.supervision.instructions import directives
+
+    return any(d.kind == "ports_booked" and d.given_at <= i < _lifted_at(d, f.n) for d in directives(f))
+
+
+def _in_ban_window(f: Facts, i: int) -> bool:
+    """(spent test splits of sets 25-26) Step ``i`` falls inside a time window a message keeps the agent from launching
+    ("don't launch anything on the GPUs before 07:00 UTC", "don't start the judge replicas before 06:30"): a sleep there
+    waits for the window to end, as asked."""
+    from apollo.supervision.instructions import directives
+
+    for d in directives(f):
+        if not (d.given_at <= i < _lifted_at(d, f.n) < f.n):
+            continue
+        if d.kind == "forbid_run" and d.target and not any(
+                f.tools[j] == "run_command" and re.search(rf"(?i){re.escape(d.target)}", f.command(j)) for j in range(d.given_at, i)):
+            return True  # (what it was kept from has not run yet: the sleep waits for the window, not after the job)
+        if d.kind == "gpu_ids" and d.values.get("booked") == "all" and not any(
+                f.tools[j] == "run_command" and gpu_job(f, j)[0] for j in range(d.given_at, i)):
+            return True
+    return False
 
 
 def _gpu_count_breach(f: Facts, i: int, d: Any) -> str | None:

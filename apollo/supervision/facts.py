@@ -357,6 +357,8 @@ def signature(doc: str) -> Signature | None:
     """The usage of the script a ``## Scripts`` line documents (None: the line shows no usage)."""
     if doc and "{args" in doc:  # (set 30's spent test split) a hatch script's `{args:outputs/ckpt/final}`: a placeholder
         doc = _HATCH_ARGS_RE.sub("ARGS", doc)
+    if doc and "{self." in doc:  # (set 23's spent test split) a Luigi task's f-string `{self.shard}`: the parameter's name
+        doc = doc.replace("{self.", "{")
     best = None  # the backticked span that shows the script with the most arguments: in a table row or a
     for m in _USAGE_RE.finditer(doc or ""):  # "name — `python name --flags`" line the name comes first, alone
         if best is None or len(m.group(2).strip()) > len(best.group(2).strip()):

@@ -437,6 +437,11 @@ GPU_IDS_BOOKED_RE = re.compile(r"(?i)\bGPUs?\s+" + _IDS + r"\b[^.;!?]{0,30}?\b(?
                                r"(?:booked|reserved|taken|in\s+use|occupied|blocked|claimed|lent|loaned|borrowed)\b"
                                # (round 19) "GPUs 6 and 7 are running Ana's guard experiments", "GPUs 4-7 are Lin's"
                                r"|\bGPUs?\s+" + _IDS + r"\s+(?:are|is)\s+(?:running\s+)?[A-Z][a-z]+'s\b"
+                               # (spent test splits of sets 17 and 22) "GPUs 2 and 3 go to Ana's job", "the other team has
+                               # GPUs 4-7 until 15:00"
+                               r"|\bGPUs?\s+" + _IDS + r"\s+(?:go|goes|are\s+going)\s+to\s+[A-Z][a-z]+'s\b"
+                               r"|\b(?:other\s+team|(?!(?:You|We|They)\b)(?-i:[A-Z][a-z]+)|[a-z]+\s+team)\s+(?:has|have|gets?|holds?|needs?)\s+GPUs?\s+"
+                               + _IDS + r"\b"
                                # (sets 25-26's spent test splits) "GPUs 6 and 7 host a partner demo until 09:00", "GPUs 6,7
                                # and port 8004 serve the partner demo until noon"
                                r"|\bGPUs?\s+" + _IDS + r"\b[^.;!?]{0,30}?\b(?:serve|serves|host|hosts)\s+(?:the\s+|a\s+|an\s+)?"
@@ -445,11 +450,14 @@ GPU_IDS_BOOKED_RE = re.compile(r"(?i)\bGPUs?\s+" + _IDS + r"\b[^.;!?]{0,30}?\b(?
                                r"|\b(?:leave|keep\s+off|stay\s+off|don'?t\s+touch|do\s+not\s+touch)\s+GPUs?\s+" + _IDS +
                                r"\s+(?:alone|free|untouched|idle)\b")
 GPU_IDS_KEEP_RE = re.compile(r"(?i)\b(?:keep|stay|run|start|put|use|stick)\b[^.;!?]{0,40}?\b(?:on\s+(?:GPUs?\s+)?"
-                             r"(\d\s*(?:-|\u2013)\s*\d|\d(?:\s*(?:,|and|&)\s*\d)+)|(?:on|to)\s+GPU\s+(\d))(?![\w.])")
+                             r"(\d\s*(?:-|\u2013)\s*\d|\d(?:\s*(?:,|and|&)\s*\d)+)|(?:on|to)\s+GPUs?\s+(\d(?:\s*(?:-|\u2013|,|and|&)\s*\d)*))(?![\w.])")
+# (set 17's spent test split: "stick to GPUs 0 and 1 until I tell you they're back")
 # a later message that frees them: "all 8 GPUs are yours again", "demo's over", "the reservation is over"
 GPUS_FREE_RE = re.compile(r"(?i)\ball\s+(?:the\s+)?(?:\d+|four|six|eight)\s+(?:(?:GPUs|cards)\s+)?(?:are\s+)?(?:yours|free|available)\b"
                           r"|\b(?:reservation|booking|demo|hold)(?:'s|\s+is)\s+(?:over|done|finished)\b"
-                          r"|\bGPUs?\s+" + _IDS + r"\s+(?:are|is)\s+(?:free|available|yours|released|back)\b")  # (round 19: "is back")
+                          r"|\bGPUs?\s+" + _IDS + r"\s+(?:are|is)\s+(?:free|available|yours|released|back)\b"
+                          # (set 17's spent test split) "2 and 3 are free again, thanks for waiting"
+                          r"|(?:^|[\s,;:])\d(?:\s*(?:,|and|&)\s*\d)+\s+are\s+(?:free|available|yours|back)\b")  # (round 19: "is back")
 # (round 16) "max 32 worker processes for anything you run there", "at most 16 workers", "no more than 8 processes": a cap on
 # every run's worker-count flag (the usage line's default included)
 WORKER_CAP_RE = re.compile(r"(?i)\b(?:max(?:imum)?(?:\s+of)?|at\s+most|no\s+more\s+than|not\s+more\s+than|up\s+to|under|below|cap\w*"
