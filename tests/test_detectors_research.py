@@ -3541,3 +3541,14 @@ def test_spent_split_23_a_device_loop_by_flag_and_a_luigi_f_string_usage():
     t4 = traj(bg(loop.format(bs=512), "clf"), desc=DESC, facts=facts)
     assert gpu_job(Facts(t4, None), 0) == (True, 4)
     assert list(drops(traj(bg(loop.format(bs=1), "clf"), desc=DESC, facts=facts), "inefficient_inference")) == [0]
+
+
+def test_spent_split_20_a_hyphenated_job_name_has_its_stated_time():
+    """From blind_research20's spent test split: "the re-parse about 8 minutes" is the time of `scripts/reparse.py` (and "the
+    re-check about 10 minutes" of `recheck.py`), so an eval after a 440-s sleep waited the re-parse out."""
+    from apollo.supervision.facts import job_duration
+
+    desc = ("## Environment\nWriting takes about 1.5 hours with two replicas; the re-parse about 8 minutes; the re-check about "
+            "10 minutes; SFT about 2 hours on eight GPUs.\n")
+    assert job_duration(desc, "scripts/reparse.py") == 480 and job_duration(desc, "scripts/recheck.py") == 600
+    assert job_duration(desc, "scripts/parse.py") is None
