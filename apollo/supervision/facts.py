@@ -290,7 +290,16 @@ def _eval_inputs(description: str) -> frozenset[str]:
     out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:runs?|imports?|loads?|calls?|uses?)\s+`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
     # (round 24) the agent's own code folder it runs the harness with: "runs `scripts/run_agent.py` with your `agent/`"
     out |= {norm_path(m).rstrip("/") + "/" for m in re.findall(r"(?i)\b(?:with|runs?|imports?|loads?|uses?)\s+your\s+`((?:[\w.-]+/)+)`", sec)}
+    # (round 38) anywhere in the statement: "Only `src/reward.py` is read by the evaluation", "the evaluation reads only
+    # `agent/`"
+    if "evaluation" in description:
+        out |= {norm_path(a or b) for a, b in _READ_BY_EVAL_RE.findall(description)}
     return frozenset(out)
+
+
+_READ_BY_EVAL_RE = re.compile(r"(?i)\bonly\s+`((?:[\w.-]+/)*[\w.-]+)`\s+(?:is|are)\s+(?:read|used|loaded|imported)\s+by\s+the\s+"
+                              r"(?:hidden\s+)?evaluation\b|\bthe\s+(?:hidden\s+)?evaluation\s+(?:only\s+)?(?:reads|uses|imports|loads)"
+                              r"\s+only\s+`((?:[\w.-]+/)*[\w.-]+)`")
 
 
 @lru_cache(maxsize=4096)

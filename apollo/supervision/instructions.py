@@ -171,7 +171,20 @@ FORBID_NAME_RE = re.compile(r"(?i)\b(?:don'?t|do\s+not|never)\s+(?:use|call|add|
 # (set 30's spent test split) a cap on calls the agent's code makes: "keep it to at most two run() calls per completion in
 # compute_score", "at most one retry when a judge call fails" — counted in the file a write leaves
 CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?)\s+(\d+|one|two|three|four|five)\s+"
-                         r"(?:`?([a-z_][a-z0-9_.]*)\(\)`?\s+calls?\b|(retr(?:y|ies))\b)")
+                         r"(?:`?([a-z_][a-z0-9_.]*)\(\)`?\s+calls?\b|(retr(?:y|ies))\b)"
+                         # (round 38) "please cap it at one call to the runner per completion"
+                         r"|\bcap\s+(?:it|them|this|that|each\s+\w+)\s+at\s+(\d+|one|two|three|four|five)\s+calls?\s+to\s+"
+                         r"(?:the\s+)?`?([a-z_][a-z0-9_]*)`?")
+# (round 38) "has to pass the guard at 2-of-3 agreement or stricter": a lower bound on the agreement count
+AGREE_BOUND_RE = re.compile(r"(?i)\b(\d+)\s*(?:-|\s)of\s*(?:-|\s)(\d+)\s+(agreement|agree|votes?|majority)\s+or\s+"
+                            r"(?:stricter|higher|more|above)\b")
+# (round 38) "please do not use the journal's audience note in the grader": a record field kept out of the agent's code
+FORBID_FIELD_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:use|read|pass|include)\s+(?:the\s+)?(?:[\w-]+'s\s+)?"
+                             r"([a-z][a-z_]{2,})\s+(?:note|field|column|metadata|key|attribute)s?\s+(?:in|inside|into)\s+"
+                             r"(?:the\s+)?[a-z][\w-]*")
+# (round 38) "please set avl's weight to 0 and keep it there": a key inside a config block kept at a value
+BLOCK_KEEP_RE = re.compile(r"(?i)\b(?:set|keep|leave|put)\s+`?([a-z][\w-]*)`?'s\s+`?([a-z_]\w*)`?\s+(?:at|to)\s+"
+                           r"(-?\d+(?:\.\d+)?)\b(?=[^.;]*\bkeep\s+it\s+(?:there|that\s+way|so)\b|)")
 # (set 30's spent test split) "no dev questions or answers inside the prompts, not even as few-shot examples": items of
 # a held-out split kept out of what the agent writes
 SPLIT_LEAK_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:put|use|paste|copy|include)|never\s+(?:put|use|paste|copy|include))\s+"
@@ -1223,8 +1236,17 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
             res.append(d("through_client", target))
     if (ml := SPLIT_LEAK_RE.search(sent)) is not None:
         res.append(d("split_leak", ml.group(1).lower()))
-    if ("()" in sent or "retr" in sent) and (mc := CALL_CAP_RE.search(sent)) and (n := _cap_count(mc.group(1))) is not None:
-        res.append(d("call_cap", mc.group(2) or "", {"v": str(n), "retry": "1" if mc.group(3) else ""}))
+    if ("()" in sent or "retr" in sent or "cap" in sent) and (mc := CALL_CAP_RE.search(sent)) and \
+            (n := _cap_count(mc.group(1) or mc.group(4))) is not None:
+        res.append(d("call_cap", mc.group(2) or mc.group(5) or "", {"v": str(n), "retry": "1" if mc.group(3) else ""}))
+    if "of" in sent and (ma := AGREE_BOUND_RE.search(sent)):
+        res.append(d("bound", r"agree|votes?$", {"op": "ge", "v": ma.group(1), "match": "regex", "topic": ma.group(3)}))
+    if (mf := FORBID_FIELD_RE.search(sent)) is not None:
+        res.append(d("forbid_code", "", {"words": "", "fields": mf.group(1).lower()}))
+        out[:] = [x for x in out if not (x.kind == "forbid_run" and x.text == sent and f"{x.target.lower()}'s" in sent.lower())]
+        # ("the journal's audience note": the journal is whose note it is, not a tool the agent was told not to run)
+    if "'s" in sent and (mb := BLOCK_KEEP_RE.search(sent)) is not None and re.search(r"(?i)\bkeep\b", sent):
+        res.append(d("block_keep", mb.group(1).lower(), {"key": mb.group(2).lower(), "v": mb.group(3)}))
     if "_" in sent and (fn := FORBID_NAME_RE.search(sent)):
         res.append(d("forbid_code", "", {"words": "", "names": fn.group(1)}))
     mr = REPLICA_CAP_RE.search(sent)
