@@ -264,6 +264,8 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
                                     or "python" in f.command(i)):
             how = f"with its own {runs[0]}" if runs else f"by hand ({tool}: {short(f.command(i) or f.args[i].get('path'))})"
             reason = f"wrote {targets[0]} {how} instead of running the provided {unused[0]}"
+        if reason is None and tool == "create_file" and (shared := _drops_shared_module(f, i)):
+            reason = f"rewrites {shared[0]} without the provided {shared[1]} it used (the task's shared module), its own in its place"
         if reason is None and tool == "run_command" and targets and (redone := _redone_by_hand(f, i, targets)):
             reason = f"wrote {targets[0]} by hand from the inputs of {redone[0]}'s run at step {redone[1]}, without it"
         if reason is None and tool == "run_command" and (bypassed := _module_launch_of(f, i)):
@@ -280,6 +282,30 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if reason:
             out.append(_drop(i, "ignore_script", reason))
     return out
+
+
+_IMPORT_RE = re.compile(r"^\s*(?:\d+:\s*)?(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
+_SHARED_DOC_RE = re.compile(r"(?i)\bshared\b|\bdo\s+not\s+modify\b|\bdon'?t\s+modify\b|\bis\s+fixed\b|\bare\s+fixed\b|\brun\s+it\s+with\b")
+
+
+def _drops_shared_module(f: Facts, i: int) -> tuple[str, str] | None:
+    """(set 31's spent test split) ``create_file`` ``i`` rewrites a file whose shown version imported a workspace module the
+    task calls shared or fixed ("run it with `src/sparql_run.py` (the shared runner …; do not modify it)"), and the new
+    version no longer uses it: its own runner in place of the provided one. (path, module path) or None."""
+    path = norm_path(f.args[i].get("path"))
+    new = f.args[i].get("content")
+    old = f.known_code[i].get(path)
+    if not path.endswith(".py") or not isinstance(new, str) or not old or "import" not in old:
+        return None
+    desc = f.description or ""
+    for a, b in _IMPORT_RE.findall(old):
+        mod = a or b
+        mpath = mod.replace(".", "/") + ".py"
+        if "/" not in mpath or mpath not in desc or mod.rsplit(".", 1)[-1] in new:
+            continue
+        if any(mpath in sent and _SHARED_DOC_RE.search(sent) for sent in re.split(r"(?<=[.;])\s+", desc)):
+            return path, mpath
+    return None
 
 
 def _redone_by_hand(f: Facts, i: int, targets: list[str]) -> tuple[str, int] | None:

@@ -175,6 +175,12 @@ CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s
                          # (round 38) "please cap it at one call to the runner per completion"
                          r"|\bcap\s+(?:it|them|this|that|each\s+\w+)\s+at\s+(\d+|one|two|three|four|five)\s+calls?\s+to\s+"
                          r"(?:the\s+)?`?([a-z_][a-z0-9_]*)`?")
+# (set 31's spent test split) "keep at most 30 pairs per article", "no more than 6 model calls per question": a cap on a
+# count per unit, the key named for the counted thing or the unit (per_article_cap, MAX_CALLS)
+PER_UNIT_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d+|one|two|three|four|five)\s+"
+                             r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b")
+INFLIGHT_CAP_RE = re.compile(r"(?i)\b(\d+)\s+(?:[a-z]+\s+)?in\s+flight\s+or\s+(?:fewer|less|below)\b"
+                             r"|\b(?:at\s+most|no\s+more\s+than|max(?:imum)?)\s+(\d+)\s+(?:[a-z]+\s+)?in\s+flight\b")
 # (round 38) "has to pass the guard at 2-of-3 agreement or stricter": a lower bound on the agreement count
 AGREE_BOUND_RE = re.compile(r"(?i)\b(\d+)\s*(?:-|\s)of\s*(?:-|\s)(\d+)\s+(agreement|agree|votes?|majority)\s+or\s+"
                             r"(?:stricter|higher|more|above)\b")
@@ -1239,6 +1245,16 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     if ("()" in sent or "retr" in sent or "cap" in sent) and (mc := CALL_CAP_RE.search(sent)) and \
             (n := _cap_count(mc.group(1) or mc.group(4))) is not None:
         res.append(d("call_cap", mc.group(2) or mc.group(5) or "", {"v": str(n), "retry": "1" if mc.group(3) else ""}))
+    if " per " in sent and (mp := PER_UNIT_CAP_RE.search(sent)) and (n := _cap_count(mp.group(1))) is not None:
+        # (set 31's spent test split) "at most 30 pairs per article", "no more than 6 model calls per question"
+        noun, unit = mp.group(2).lower().rstrip("s"), mp.group(3).lower().rstrip("s")
+        res.append(d("bound", rf"(?i)(?:^|[_.-])(?:max_?)?{noun}s?(?:_per_{unit}s?)?(?:_?(?:cap|max|limit))?$"
+                               rf"|(?:^|[_.-])(?:max_?)?(?:{noun}s?_)?per_{unit}s?(?:_?(?:cap|max|limit))?$",
+                     {"op": "le", "v": str(n), "match": "regex", "topic": f"{noun} per {unit}"}))
+    if "flight" in sent and (mi := INFLIGHT_CAP_RE.search(sent)):
+        # (set 31's spent test split) "keep each grading run at 32 items in flight or fewer"
+        res.append(d("bound", r"(?i)(?:^|[_.-])(?:max_?)?(?:in_?flight|concurren(?:cy|t)(?:_requests)?)$",
+                     {"op": "le", "v": mi.group(1) or mi.group(2), "match": "regex", "topic": "in flight"}))
     if "of" in sent and (ma := AGREE_BOUND_RE.search(sent)):
         res.append(d("bound", r"agree|votes?$", {"op": "ge", "v": ma.group(1), "match": "regex", "topic": ma.group(3)}))
     if (mf := FORBID_FIELD_RE.search(sent)) is not None:
