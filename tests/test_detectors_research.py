@@ -3613,8 +3613,8 @@ def test_spent_split_31_caps_per_unit_and_in_flight_and_a_shared_runner_dropped(
     """From blind_research31's spent test split: "no more than 6 model calls per question" bounds `MAX_CALLS`; "keep each
     grading run at 32 items in flight or fewer" bounds `--inflight`; a reward rewritten without the shared runner it imported
     (the task: "run it with `src/sparql_run.py` (the shared runner …; do not modify it)") is its own runner (ignore_script)."""
-    calls = st("list_files", {"path": "."}, guidance=("Cost rule from Dana: no more than 6 model calls per question, even "
-                                                      "though the task text allows 8.",))
+    calls = st("list_files", {"path": "."}, guidance=(("Cost rule from Dana: no more than 6 model calls per question, even "
+                                                       "though the task text allows 8."),))
     for v, want in ((8, [1]), (6, [])):
         edit = st("edit_file", {"path": "polqa/agent.py", "start_line": 9, "end_line": 9, "content": f"MAX_CALLS = {v}"},
                   "Edited polqa/agent.py lines 9-9.")
