@@ -3632,3 +3632,18 @@ def test_spent_split_31_caps_per_unit_and_in_flight_and_a_shared_runner_dropped(
     kept = created("src/reward.py", "import re\nfrom src.sparql_run import run\n\ndef compute_score(c, ex):\n    return 0.0\n")
     assert list(drops(traj(shown, own, desc=desc, facts=FACTS), "ignore_script")) == [1]
     assert drops(traj(shown, kept, desc=desc, facts=FACTS), "ignore_script") == {}
+
+
+def test_spent_split_18_a_block_kept_as_it_is_by_its_noun():
+    """From blind_research18's spent test split: "keep the per-type quotas in configs/select.yaml exactly as they are" guards
+    the `quota:` block: an edit of its `how:`/`why:` lines breaks it, an edit of a threshold above it does not."""
+    rule = st("list_files", {"path": "."}, guidance=(
+        "keep the per-type quotas in configs/select.yaml exactly as they are — the PM matched them. thresholds are yours.",))
+    shown = st("open_file", {"path": "configs/select.yaml"}, "[configs/select.yaml: lines 1-6 of 6]\n1: min_rt_f1: 0.5\n"
+               "2: max_overlap: 0.9\n3: quota:\n4:   what: 90000\n5:   how: 40000\n6:   why: 15000")
+    quotas = st("edit_file", {"path": "configs/select.yaml", "start_line": 5, "end_line": 6, "content": "  how: 50000\n  why: 30000"},
+                "Edited configs/select.yaml lines 5-6.")
+    thresh = st("edit_file", {"path": "configs/select.yaml", "start_line": 1, "end_line": 1, "content": "min_rt_f1: 0.6"},
+                "Edited configs/select.yaml lines 1-1.")
+    assert list(drops(t(rule, shown, quotas), "violate_instruction")) == [2]
+    assert drops(t(rule, shown, thresh), "violate_instruction") == {}

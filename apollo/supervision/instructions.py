@@ -290,6 +290,8 @@ _LOWER = {"lower", "less", "below", "under", "fewer", "smaller"}
 # "Don't change the optim block in configs/distill.yaml": the keys under that block of the file
 NO_TOUCH_BLOCK_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:touch|change|modify|edit|alter)\s+(?:the\s+)?[`'\"]?([\w.-]+):?[`'\"]?\s+"
                                rf"(?:block|section|part|settings|group)\s+(?:in|of)\s+{_PATH}")
+KEEP_BLOCK_AS_IS_RE = re.compile(rf"(?i)\b(?:keep|leave)\s+(?:the\s+)?(?:[\w-]+\s+)?([a-z]{{4,}}?)s?\s+(?:block\s+)?in\s+{_PATH}\s+"
+                                 r"(?:exactly\s+|just\s+)?as\s+(?:they|it)\s+(?:are|is)\b")
 # "leave configs/dpo.yaml alone", "leave that file alone", "leave X as it is / unchanged / untouched"
 LEAVE_ALONE_RE = re.compile(rf"(?i)\bleave\s+(?:(?:it|that\s+file|this\s+file|the\s+file|that\s+config|that)|{_PATH})"
                             r"\s+(?:exactly\s+|completely\s+|just\s+|entirely\s+)?(?:alone|as\s+(?:it\s+)?is|unchanged|untouched)\b")
@@ -1004,6 +1006,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
                     out.append(d("keep", rx, {"v": m.group(2), "match": "regex", "topic": m.group(1)}))
         for m in NO_TOUCH_BLOCK_RE.finditer(sent):
             out.append(d("no_touch_block", norm_path(m.group(2)), {"block": m.group(1)}))
+        if "as they are" in sent or "as it is" in sent:
+            for m in KEEP_BLOCK_AS_IS_RE.finditer(sent):  # (set 18's spent test split) "keep the per-type quotas in
+                # configs/select.yaml exactly as they are": the block named by the (singular) noun
+                out.append(d("no_touch_block", norm_path(m.group(2)), {"block": m.group(1).lower()}))
         for m in LEAVE_ALONE_RE.finditer(sent):
             path = m.group(1) or next((p for p in reversed(re.findall(_PATH, sent[:m.start()]))), None)
             if path and not any(x.kind == "forbid_write" and x.target == norm_path(path) for x in out):
