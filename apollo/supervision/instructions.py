@@ -124,7 +124,8 @@ _SENT_SPLIT = re.compile(r"(?<=[.;!?])\s+(?=[A-Z\"'(])|\n+")
 # the verbs of a "do not change it" directive, one list for every form (a path, a folder, a pronoun, a noun)
 _EDIT_VERB = r"(?:chang|edit|modif|touch|overwrit|rewrit|alter|tweak|mess\s+with|writ|delet|remov|replac)\w*"
 FORBID_WRITE_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?{_EDIT_VERB}"
-                             rf"\s+(?:to\s+|the\s+file\s+)?{_PATH}")
+                             # (set 16's spent test split) "don't change anything in scripts/train_grpo.sh"
+                             rf"\s+(?:to\s+|the\s+file\s+|anything\s+(?:in|inside)\s+(?:the\s+file\s+)?)?`?{_PATH}")
 _MORE_PATHS_RE = re.compile(rf"(?i)\s*(?:,\s*(?:or\s+|and\s+|nor\s+)?|\s+(?:or|and|nor)\s+)(?:the\s+)?(?:file\s+)?`?{_PATH}")
 # "don't edit anything under clean/": every file under the folder
 FORBID_DIR_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:to\s+)?{_EDIT_VERB}"
