@@ -3654,8 +3654,8 @@ def test_spent_split_16_dont_change_anything_in_a_file():
     count" forbids edits of that file (not of another)."""
     assert [(x.kind, x.target) for x in extract("Please don't change anything in scripts/train_grpo.sh, including the step "
                                                 "count.")] == [("forbid_write", "scripts/train_grpo.sh")]
-    rule = st("list_files", {"path": "."}, guidance=("Please don't change anything in scripts/train_grpo.sh, including the "
-                                                     "step count. — Jo",))
+    rule = st("list_files", {"path": "."}, guidance=(("Please don't change anything in scripts/train_grpo.sh, including the "
+                                                      "step count. — Jo"),))
     shown = st("open_file", {"path": "scripts/train_grpo.sh"}, "[scripts/train_grpo.sh: lines 1-2 of 2]\n1: #!/bin/bash\n"
                "2: python -m verl.trainer.main_ppo trainer.total_training_steps=300")
     steps = st("edit_file", {"path": "scripts/train_grpo.sh", "start_line": 2, "end_line": 2, "content": (
