@@ -180,6 +180,8 @@ CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s
 # count per unit, the key named for the counted thing or the unit (per_article_cap, MAX_CALLS)
 PER_UNIT_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d+|one|two|three|four|five)\s+"
                              r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b")
+_ACROSS_JOBS_RE = re.compile(r"(?i)\bcounting\s+(?:every|all|each)\s+(?:job|run|client)s?\b|\b(?:in\s+total|combined|all\s+jobs\s+together|"
+                             r"summed\s+over|across\s+(?:all\s+)?(?:your\s+)?(?:jobs|runs|clients))\b")
 INFLIGHT_CAP_RE = re.compile(r"(?i)\b(\d+)\s+(?:[a-z]+\s+)?in\s+flight\s+or\s+(?:fewer|less|below)\b"
                              r"|\b(?:at\s+most|no\s+more\s+than|max(?:imum)?)\s+(\d+)\s+(?:[a-z]+\s+)?in\s+flight\b")
 # (round 38) "has to pass the guard at 2-of-3 agreement or stricter": a lower bound on the agreement count
@@ -1262,6 +1264,8 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         # (set 31's spent test split) "keep each grading run at 32 items in flight or fewer"
         res.append(d("bound", r"(?i)(?:^|[_.-])(?:max_?)?(?:in_?flight|concurren(?:cy|t)(?:_requests)?)$",
                      {"op": "le", "v": mi.group(1) or mi.group(2), "match": "regex", "topic": "in flight"}))
+        if _ACROSS_JOBS_RE.search(sent):  # (set 30's spent dev split) "… across all four of them, counting every job you run
+            res.append(d("inflight_sum", "", {"v": mi.group(1) or mi.group(2)}))  # against them": the jobs' sum
     if "of" in sent and (ma := AGREE_BOUND_RE.search(sent)):
         res.append(d("bound", r"agree|votes?$", {"op": "ge", "v": ma.group(1), "match": "regex", "topic": ma.group(3)}))
     if (mf := FORBID_FIELD_RE.search(sent)) is not None:
