@@ -191,6 +191,10 @@ AGREE_BOUND_RE = re.compile(r"(?i)\b(\d+)\s*(?:-|\s)of\s*(?:-|\s)(\d+)\s+(agreem
 FORBID_FIELD_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:use|read|pass|include)\s+(?:the\s+)?(?:[\w-]+'s\s+)?"
                              r"([a-z][a-z_]{2,})\s+(?:note|field|column|metadata|key|attribute)s?\s+(?:in|inside|into)\s+"
                              r"(?:the\s+)?[a-z][\w-]*")
+# (set 30's spent dev split) "must not repeat questions. No duplicates, no upsampling by copying items": the data the agent
+# writes holds no item twice
+NO_DUP_RE = re.compile(r"(?i)\bno\s+duplicates?\b|\bno\s+upsampling\b|\b(?:must|should)\s+not\s+repeat\s+(?:questions|items|examples|rows|"
+                       r"pairs)\b|\b(?:don'?t|do\s+not|never)\s+(?:duplicate|upsample)\b")
 # (set 30's spent dev split) "Keep heads.quantiles set to false in every config you hand in": a boolean kept
 KEEP_BOOL_RE = re.compile(r"(?i)\b(?:keep|leave)\s+`?([a-z_][\w.]*)`?\s+(?:set\s+to|at|as|=)\s+`?(true|false|on|off|enabled|disabled)`?\b")
 _TRUE_WORDS = frozenset({"true", "on", "enabled"})
@@ -1275,6 +1279,8 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         res.append(d("forbid_code", "", {"words": "", "fields": mf.group(1).lower()}))
         out[:] = [x for x in out if not (x.kind == "forbid_run" and x.text == sent and f"{x.target.lower()}'s" in sent.lower())]
         # ("the journal's audience note": the journal is whose note it is, not a tool the agent was told not to run)
+    if ("dup" in sent or "upsampl" in sent or "repeat" in sent) and NO_DUP_RE.search(sent):
+        res.append(d("no_dup", ""))
     if (mk := KEEP_BOOL_RE.search(sent)) is not None:
         res.append(d("keep_bool", mk.group(1).rsplit(".", 1)[-1], {"v": "1" if mk.group(2).lower() in _TRUE_WORDS else "0"}))
     if "'s" in sent and (mb := BLOCK_KEEP_RE.search(sent)) is not None and re.search(r"(?i)\bkeep\b", sent):
