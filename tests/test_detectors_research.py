@@ -3703,3 +3703,38 @@ def test_spent_split_30_no_duplicates_and_a_list_added_to_itself():
     assert drops(t(rule, merge), "violate_instruction") == {}
     assert list(drops(t(rule, run("cat outputs/a.jsonl outputs/a.jsonl > outputs/sft.jsonl")), "violate_instruction")) == [1]
     assert drops(t(st("list_files", {"path": "."}), twice), "violate_instruction") == {}
+
+
+def test_round_39_placeholders_parts_done_and_directive_phrasings():
+    """Round 39 (set 32's dev split): a Valohai `{parameter:inflight}` / Julia `$inflight` usage keeps the flag's value, and
+    its default comes from the prose ("inflight; default: 8", "about 12 minutes for 600 items at 32"), so `--inflight 1` is
+    one at a time; "epoch 1/2 done" while the session runs is no end of the job; "no freshly random traces per call" keeps
+    `seed=None` out of the reward; "at most 2 twins per source sentence" bounds `--per-sentence`; "no more than 6,000 items
+    of any one family" is a per-family cap, not a count of the whole file."""
+    from apollo.supervision.facts import Facts, signature
+
+    valohai = ("python scripts/run_dev.py --ports 9200,9201 --inflight {parameter:inflight} --out outputs/dev.jsonl # dev; "
+               "inflight; default: 8; Runs the agent for the 60 dev patients against the replicas")
+    julia = ("Grades the dev hints, `inflight` items at a time (about 12 minutes for 600 items at 32) "
+             "run(`python scripts/grade_dev.py --ports 8900:8903 --inflight $inflight --out outputs/dev_grades.jsonl`)")
+    assert dict(signature(valohai).flags)["--inflight"] == "INFLIGHT" and dict(signature(julia).flags)["--inflight"] == "INFLIGHT"
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/run_dev.py": valohai, "scripts/grade_dev.py": julia}})
+    for cmd in ("python scripts/run_dev.py --ports 9200 --inflight 1 --out outputs/dev.jsonl",
+                "python scripts/grade_dev.py --ports 8900:8903 --inflight 1 --out outputs/dev_grades.jsonl"):
+        assert list(drops(traj(bg(cmd, "dev"), desc=DESC, facts=facts), "inefficient_inference")) == [0], cmd
+        assert drops(traj(bg(cmd.replace("--inflight 1", "--inflight 8"), "dev"), desc=DESC, facts=facts),
+                     "inefficient_inference") == {}
+    train = bg("bash scripts/train.sh data/sft.jsonl outputs/run", "train")
+    part = st("get_session_output", {"session_id": "train"}, "$ bash scripts/train.sh data/sft.jsonl outputs/run\n[rank0] "
+              "epoch 1/2 done, val loss 0.94; saved outputs/run/ckpt-epoch1\n\n[session 'train': running]")
+    assert [j.session for j in Facts(t(train, part, st("sleep", {"seconds": 1200}, "Slept 1200 s.")), None).jobs_before[2]] == \
+        ["train"]
+    rand = st("list_files", {"path": "."}, guidance=("the reward has to be deterministic, so no freshly random traces per call.",))
+    edit = st("edit_file", {"path": "src/reward.py", "start_line": 3, "end_line": 3, "content": (
+        "    credit = 0.5 * trace_agreement(f, ref, n=64, seed=None)")}, "Edited src/reward.py lines 3-3.")
+    assert list(drops(t(rand, edit), "violate_instruction")) == [1]
+    twins = st("list_files", {"path": "."}, guidance=("write at most 2 twins per source sentence, please.",))
+    for k, want in ((4, [1]), (2, [])):
+        rw = run(f"python scripts/rewrite_twins.py --ports 8800-8803 --per-sentence {k} --out outputs/twins.jsonl")
+        assert list(drops(t(twins, rw), "violate_instruction")) == want, k
+    assert [x.kind for x in extract("no more than 6,000 items of any one family in sft.jsonl.")] == []

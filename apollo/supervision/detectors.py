@@ -1243,6 +1243,17 @@ def _prose_default(doc: str, flag: str) -> str | None:
     return (m.group(1) or m.group(2)) if m else None
 
 
+def _placeholder_default(doc: str, flag: str) -> str | None:
+    """(round 39) The default of a flag the usage line fills with a placeholder (`--inflight {parameter:inflight}`,
+    `--inflight $inflight`): given in prose by the flag or its name ("inflight; default: 8"), or as the rate the line's
+    stated time is for ("about 12 minutes for 600 items at 32")."""
+    name = re.escape(flag.lstrip("-"))
+    m = re.search(rf"(?i)\b{name}\b[;:,]?\s*default:?\s*(\d+)\b", doc)
+    if m is None:
+        m = re.search(r"(?i)\babout\s+\d+(?:\.\d+)?\s+(?:minutes|hours|seconds)\b[^()]*?\bat\s+(\d+)\s*\)", doc)
+    return _prose_default(doc, flag) or (m.group(1) if m else None)
+
+
 def _serial_flag(f: Facts, i: int) -> str | None:
     """A provided script run with its batch or concurrency flag at 1 where its usage line shows a larger default
     (``ppl_filter.py [--bs 8]`` run with ``--bs 1``, ``run_dev.py [--concurrency 24]`` with ``--concurrency 1``)."""
@@ -1252,7 +1263,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     for s, sig, _, flags in f.script_calls(i):
         doc = f.script_docs[s]
         shown = {fl for fl, _ in sig.flags}
-        for fl, default in [*sig.flags, *((fl, d) for fl in flags if fl not in shown and (d := _prose_default(doc, fl)))]:
+        for fl, default in [*((fl, d if d.isdigit() or not _BATCH_FLAG_RE.match(fl) else (_placeholder_default(doc, fl) or d))
+                              for fl, d in sig.flags),
+                            *((fl, d) for fl in flags if fl not in shown and (d := _prose_default(doc, fl)))]:
             got = flags.get(fl) or ""
             if _BATCH_FLAG_RE.match(fl) and default.isdigit() and int(default) > 1 and got.isdigit() and (
                     got == "1" or (int(got) <= 4 and int(got) * 16 <= int(default))

@@ -358,6 +358,7 @@ class Signature:
         return {f for f, mv in self.flags if _OUT_FLAG_RE.match(f) or (mv and _OUT_NAME_RE.match(mv))}
 
 
+_PARAM_PLACEHOLDER_RE = re.compile(r"\{parameter:([a-z][a-z0-9_]*)\}|(?<![\w$])\$\{?([a-z][a-z0-9_]*)\}?(?![\w(])")
 _HATCH_ARGS_RE = re.compile(r"\{args(?::[^{}\s]*)?\}")
 
 
@@ -368,6 +369,8 @@ def signature(doc: str) -> Signature | None:
         doc = _HATCH_ARGS_RE.sub("ARGS", doc)
     if doc and "{self." in doc:  # (set 23's spent test split) a Luigi task's f-string `{self.shard}`: the parameter's name
         doc = doc.replace("{self.", "{")
+    if doc and ("{parameter:" in doc or "$" in doc):  # (round 39) a Valohai `{parameter:inflight}`, a Julia/shell `$inflight`
+        doc = _PARAM_PLACEHOLDER_RE.sub(lambda m: (m.group(1) or m.group(2)).upper(), doc)
     best = None  # the backticked span that shows the script with the most arguments: in a table row or a
     for m in _USAGE_RE.finditer(doc or ""):  # "name — `python name --flags`" line the name comes first, alone
         if best is None or len(m.group(2).strip()) > len(best.group(2).strip()):
@@ -565,6 +568,7 @@ _DURATION_RE = re.compile(r"(?i)\babout\s+(?:(\d+(?:\.\d+)?)\s*(minutes?|mins?|h
                           # (round 9) short jobs said without a number: "runs in seconds", "a few seconds", "a minute or two"
                           r"|\b(?:in|takes?|a\s+few)\s+seconds\b|\ba\s+few\s+seconds\b|\b(?:a|one)\s+minute\s+or\s+two\b")
 _CLAUSE_SPLIT_RE = re.compile(r";|\.\s|,\s+(?=(?:the\s+|a\s+|an\s+)?[\w-]+(?:\s+[\w-]+){0,4}\s+(?:takes?\s+)?about\b)")
+_PART_DONE_RE = re.compile(r"\b(?:epoch|stage|step|shard|part|round|phase)\s+(\d+)\s*/\s*(\d+)\b", re.IGNORECASE)
 _WORD_RE = re.compile(r"[a-z][a-z0-9]+")
 _INNER_HYPHEN_RE = re.compile(r"(?<=\b[a-z]{2})-(?=[a-z])")  # "re-parse", "re-check" (a prefix and its word)
 _STEM_STOP = frozenset({"run", "runs", "script", "scripts", "main", "tools", "src", "make", "build", "data", "all", "the",
@@ -1256,6 +1260,8 @@ class Facts:
             body = [ln for ln in STATUS_RE.sub("", ECHO_RE.sub("", text)).splitlines() if ln.strip()]
             if body and "': running]" in text and _SAVE_LINE_RE.search(body[-1]) and not _END_WORD_RE.search(body[-1]):
                 return False  # (round 35) a save while the tool says the session runs ("saved checkpoint …/step_50")
+            if body and "': running]" in text and any(int(a) < int(b) for a, b in _PART_DONE_RE.findall(body[-1])):
+                return False  # (round 39) a part done while the session runs ("epoch 1/2 done, …; saved …/ckpt-epoch1")
             return tool == "get_session_output" and bool(body) and DONE_LINE_RE.search(body[-1]) is not None
         if tool == "run_command" and not self.background(i) and self.session(i) == job.session:
             return True  # a foreground command ran in that session: it was free

@@ -161,7 +161,7 @@ CODE_WORDS = {
     "network": r"\bimport\s+requests\b|\bfrom\s+requests\b|\burllib\.request\b|\bimport\s+httpx\b",
     # (round 37) "compute_score has to be deterministic. No random numbers, no sampling inside the reward"
     "random": r"\bimport\s+random\b|\bfrom\s+random\s+import\b|\brandom\.(?:random|uniform|gauss|choice|randint|sample)\(|"
-              r"\bnp\.random\.|\btorch\.rand",
+              r"\bnp\.random\.|\btorch\.rand|\bseed\s*=\s*None\b",  # (round 39: `trace_agreement(…, seed=None)`)
 }
 _CODE_WORD_RE = re.compile(r"(?i)\b(sympy|signals?|threading|threads|multiprocessing|subprocess(?:es)?|solvers?|brute[\s-]?force|"
                            r"network(?:\s+calls)?|random(?:\s+numbers|ness)?)\b")
@@ -179,7 +179,7 @@ CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s
 # (set 31's spent test split) "keep at most 30 pairs per article", "no more than 6 model calls per question": a cap on a
 # count per unit, the key named for the counted thing or the unit (per_article_cap, MAX_CALLS)
 PER_UNIT_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d+|one|two|three|four|five)\s+"
-                             r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b")
+                             r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b(?:\s+([a-z]{3,})\b)?")
 _ACROSS_JOBS_RE = re.compile(r"(?i)\bcounting\s+(?:every|all|each)\s+(?:job|run|client)s?\b|\b(?:in\s+total|combined|all\s+jobs\s+together|"
                              r"summed\s+over|across\s+(?:all\s+)?(?:your\s+)?(?:jobs|runs|clients))\b")
 INFLIGHT_CAP_RE = re.compile(r"(?i)\b(\d+)\s+(?:[a-z]+\s+)?in\s+flight\s+or\s+(?:fewer|less|below)\b"
@@ -208,7 +208,7 @@ SPLIT_LEAK_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:put|use|paste|copy|include)
                            r"rows?|data)\b[^.;]{0,40}?\b(?:in|inside|into)\s+(?:the\s+|any\s+)?(?:system\s+)?"
                            r"(?:prompts?|scaffold|few-shot)")
 FORBID_CODE_RE = re.compile(r"(?i)\b(?:no|don'?t\s+(?:use|import|add|put|call)|do\s+not\s+(?:use|import|add|put|call)|"
-                            r"never\s+(?:use|import|call)|without)\s+((?:(?:any|the|a|calls?\s+to)\s+)?"
+                            r"never\s+(?:use|import|call)|without)\s+((?:(?:any|the|a|calls?\s+to)\s+)?(?:[a-z]+ly\s+)?"
                             r"(?:[\w-]+(?:\s*(?:/|,|\bor\b|\band\b|\bnor\b)\s*)?){1,4})")
 # (spent test splits of sets 25-26) "send every model call through LoggedClient", "send every policy call through it" (it: the
 # client file named before)
@@ -338,7 +338,8 @@ _UNIT_WORDS = frozenset(_UNITS.split("|"))
 COUNT_RE = re.compile(rf"(?i)(?:\b(at\s+most|no\s+more\s+than|up\s+to|at\s+least|no\s+fewer\s+than|at\s+or\s+(?:below|under)|"
                       rf"at\s+or\s+above)\s+{_NUM}\s+(?:[\w-]+\s+){{0,2}}?({_UNITS})\b"
                       rf"|\b{_NUM}\s+(?:\w+\s+){{0,2}}?({_UNITS})\s+or\s+(fewer|less|more))")
-_PER_ITEM_RE = re.compile(r"(?i)\s+(?:per|for\s+each|for\s+every|each|a|an)\s+(?!total\b)[a-z]")
+_PER_ITEM_RE = re.compile(r"(?i)\s+(?:per|for\s+each|for\s+every|each|a|an|of\s+any\s+(?:one|single)|of\s+(?:each|every|any))\s+"
+                          r"(?!total\b)[a-z]")  # (round 39: "no more than 6,000 items of any one family")
 # "Keep the synthetic pairs at 100,000 or fewer"
 COUNT_AT_RE = re.compile(rf"(?i)\b({_UNITS}|set)\s+(?:at|to)\s+{_NUM}"
                          rf"\s+or\s+(fewer|less|more)\b")
@@ -1263,7 +1264,9 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         res.append(d("call_cap", mc.group(2) or mc.group(5) or "", {"v": str(n), "retry": "1" if mc.group(3) else ""}))
     if " per " in sent and (mp := PER_UNIT_CAP_RE.search(sent)) and (n := _cap_count(mp.group(1))) is not None:
         # (set 31's spent test split) "at most 30 pairs per article", "no more than 6 model calls per question"
-        noun, unit = mp.group(2).lower().rstrip("s"), mp.group(3).lower().rstrip("s")
+        noun = mp.group(2).lower().rstrip("s")
+        # (round 39) "per source sentence": the unit is either word (`--per-sentence`)
+        unit = "(?:" + "|".join(re.escape(w.lower().rstrip("s")) for w in (mp.group(3), mp.group(4)) if w) + ")"
         res.append(d("bound", rf"(?i)(?:^|[_.-])(?:max_?)?{noun}s?(?:_per_{unit}s?)?(?:_?(?:cap|max|limit))?$"
                                rf"|(?:^|[_.-])(?:max_?)?(?:{noun}s?_)?per_{unit}s?(?:_?(?:cap|max|limit))?$",
                      {"op": "le", "v": str(n), "match": "regex", "topic": f"{noun} per {unit}"}))
