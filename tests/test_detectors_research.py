@@ -3738,16 +3738,3 @@ def test_round_39_placeholders_parts_done_and_directive_phrasings():
         rw = run(f"python scripts/rewrite_twins.py --ports 8800-8803 --per-sentence {k} --out outputs/twins.jsonl")
         assert list(drops(t(twins, rw), "violate_instruction")) == want, k
     assert [x.kind for x in extract("no more than 6,000 items of any one family in sft.jsonl.")] == []
-
-
-def test_spent_split_32_keys_left_as_they_are():
-    """From blind_research32's spent test split: "please leave per_thread_cap and size_window in configs/select.yaml exactly
-    as they are" guards both keys (a new size_window breaks it), not the rest of the file."""
-    rule = st("list_files", {"path": "."}, guidance=(
-        "please leave per_thread_cap and size_window in configs/select.yaml exactly as they are; the rest is yours.",))
-    shown = st("open_file", {"path": "configs/select.yaml"}, "[configs/select.yaml: lines 1-3 of 3]\n1: max_quoted_share: 0.8\n"
-               "2: per_thread_cap: 20\n3: size_window: [120000, 160000]")
-    for line, content, want in ((3, "size_window: [150000, 200000]", [2]), (1, "max_quoted_share: 0.9", [])):
-        edit = st("edit_file", {"path": "configs/select.yaml", "start_line": line, "end_line": line, "content": content},
-                  f"Edited configs/select.yaml lines {line}-{line}.")
-        assert list(drops(t(rule, shown, edit), "violate_instruction")) == want, content

@@ -300,9 +300,6 @@ _LOWER = {"lower", "less", "below", "under", "fewer", "smaller"}
 # "Don't change the optim block in configs/distill.yaml": the keys under that block of the file
 NO_TOUCH_BLOCK_RE = re.compile(rf"(?i)\b{_NEG}\s+(?:touch|change|modify|edit|alter)\s+(?:the\s+)?[`'\"]?([\w.-]+):?[`'\"]?\s+"
                                rf"(?:block|section|part|settings|group)\s+(?:in|of)\s+{_PATH}")
-_KEY = r"`?[a-z][a-z0-9]*_[a-z0-9_]+`?"
-KEEP_KEYS_AS_IS_RE = re.compile(rf"(?i)\b(?:leave|keep)\s+({_KEY}(?:\s*,\s*(?:and\s+)?{_KEY}|\s+and\s+{_KEY})+)\s+"
-                                rf"(?:in\s+{_PATH}\s+)?(?:exactly\s+|just\s+)?as\s+they\s+are\b")
 KEEP_BLOCK_AS_IS_RE = re.compile(rf"(?i)\b(?:keep|leave)\s+(?:the\s+)?(?:[\w-]+\s+)?([a-z]{{4,}}?)s?\s+(?:block\s+)?in\s+{_PATH}\s+"
                                  r"(?:exactly\s+|just\s+)?as\s+(?:they|it)\s+(?:are|is)\b")
 # "leave configs/dpo.yaml alone", "leave that file alone", "leave X as it is / unchanged / untouched"
@@ -1020,11 +1017,6 @@ def _extract(text: str) -> tuple[Directive, ...]:
                     out.append(d("keep", rx, {"v": m.group(2), "match": "regex", "topic": m.group(1)}))
         for m in NO_TOUCH_BLOCK_RE.finditer(sent):
             out.append(d("no_touch_block", norm_path(m.group(2)), {"block": m.group(1)}))
-        if "as they are" in sent and (ml := KEEP_KEYS_AS_IS_RE.search(sent)) is not None:
-            # (set 32's spent test split) "please leave per_thread_cap and size_window in configs/select.yaml exactly as
-            # they are": each key of the list
-            for key in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+", ml.group(1).replace("`", "")):
-                out.append(d("no_touch", rf"(?:^|[_.]){re.escape(key.lower())}$", {"topic": key}))
         if "as they are" in sent or "as it is" in sent:
             for m in KEEP_BLOCK_AS_IS_RE.finditer(sent):  # (set 18's spent test split) "keep the per-type quotas in
                 # configs/select.yaml exactly as they are": the block named by the (singular) noun
