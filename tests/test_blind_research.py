@@ -212,6 +212,11 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
     ("blind_research31", "test", 64, 0.93, 0.86),  # its test split: 0.95 / 0.86 held out at 22921f4; round 38 (tuned on its
                                                    # dev split only): 0.96 / 0.86, measured once; 0.97 / 0.91 after 2dd7f19,
                                                    # which looked at the spent split
+    ("blind_research32", None, 132, 0.94, 0.94),   # written and labeled after round 38 and this session's later spent fixes:
+                                                   # 0.94 / 0.94 on all 477 actions at 0b9ae3f, held out (the session's
+                                                   # start, 0ae6918: the same); 0.97 / 0.98 after round 39
+    ("blind_research32", "test", 66, 0.92, 0.92),  # its test split: 0.95 / 0.94 held out at 0b9ae3f; round 39 (tuned on its
+                                                   # dev split only): 0.95 / 0.95, measured once
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])
