@@ -3409,20 +3409,27 @@ _RANDOM_DRAW_RE = re.compile(r"\bshuf\s+(?:-\S+\s+)*-n\s*(\d+)|\bhead\s+-n\s*(\d
                              r"\brandom\.sample\([^,]+,\s*(\d+)|\.sample\(\s*n\s*=\s*(\d+)")
 
 
-def _count(v: str) -> float | None:
-    v = v.replace(",", "").strip()
-    mult = {"k": 1e3, "K": 1e3, "M": 1e6}.get(v[-1:], 1)
-    try:
-        return float(v.rstrip("kKM").strip()) * mult
-    except ValueError:
+@lru_cache(maxsize=256)
+def _stated_random_size(description: str) -> float | None:
+    """How many items the task's stated score-0 baseline draws at random ("Score 0 = a random 150,000 pairs", "a random
+    1.5M sample"; None: the task states no random baseline). Read once per description, not once per command."""
+    from apollo.supervision.instructions import _num
+
+    m = _RANDOM_BASELINE_RE.search(description) if "andom" in description else None
+    if m is None:
         return None
+    v = m.group(1).strip()
+    if v.endswith("M"):
+        n = _num(v[:-1])
+        return None if n is None else n * 1e6
+    return _num(v)
 
 
 def _random_baseline_write(f: Facts, i: int) -> int | None:
     """(round 38) The step before eval ``i`` that last wrote an evaluated file with a random draw of as many items as the
     task's stated score-0 baseline ("Score 0 = a random 150,000 pairs", then `shuf -n 150000 … > outputs/selected.jsonl`):
     the eval scores that baseline again. None: no such write."""
-    if not f.eval_inputs or _RANDOM_BASELINE_RE.search(f.description or "") is None:
+    if not f.eval_inputs or _stated_random_size(f.description or "") is None:
         return None
     for j in range(i - 1, -1, -1):
         if f.tools[j] != "run_command" or not f.oks[j] or not any(covers(w, e) for w in f.written_paths(j) for e in f.eval_inputs):
@@ -3434,9 +3441,9 @@ def _random_baseline_write(f: Facts, i: int) -> int | None:
 def _draws_stated_baseline(f: Facts, j: int) -> bool:
     """Run ``j`` draws at random as many items as the task's stated score-0 baseline ("Score 0 = a random 150,000
     pairs": `shuf -n 150000 …`)."""
-    m = _RANDOM_BASELINE_RE.search(f.description or "") if "andom" in (f.description or "") else None
-    d = _RANDOM_DRAW_RE.search(f.command(j)) if m is not None else None
-    return d is not None and _count(m.group(1)) == float(next(g for g in d.groups() if g))
+    n = _stated_random_size(f.description or "")
+    d = _RANDOM_DRAW_RE.search(f.command(j)) if n is not None else None
+    return d is not None and n == float(next(g for g in d.groups() if g))
 
 
 BASELINE_SCORE_BAND = 5.0  # (round 36) overall scores this close to the 0 that the task anchors at its stated baseline

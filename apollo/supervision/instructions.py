@@ -669,8 +669,8 @@ def _gpu_count(word: str) -> int | None:
 
 
 def _cap_count(word: str) -> int | None:
-    """A small count a human writes as a digit or a word ("one", "2")."""
-    return {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}.get(word.lower()) or (int(word) if word.isdigit() else None)
+    """A small count a human writes as a digit or a word ("one", "2"): :func:`_gpu_count`'s words, and "one", "five"."""
+    return 1 if word.lower() == "one" else 5 if word.lower() == "five" else _gpu_count(word)
 
 
 def _word_key(w: str) -> str | None:
