@@ -3738,3 +3738,17 @@ def test_round_39_placeholders_parts_done_and_directive_phrasings():
         rw = run(f"python scripts/rewrite_twins.py --ports 8800-8803 --per-sentence {k} --out outputs/twins.jsonl")
         assert list(drops(t(twins, rw), "violate_instruction")) == want, k
     assert [x.kind for x in extract("no more than 6,000 items of any one family in sft.jsonl.")] == []
+
+
+def test_spent_split_31_32_a_fixed_one_gpu_each_design_is_no_idle_pool():
+    """From blind_research31/32's spent test splits: a provided script that "labels candidates with the three guard
+    checkpoints, one GPU each" has no GPU knob; run as its usage line shows, it leaves no pool idle by choice. The same
+    script pinned to one GPU with `CUDA_VISIBLE_DEVICES`, or a script whose line does not fix its GPUs, still is."""
+    doc = ("- `python scripts/guard_labels.py --in FILES --min-agree 2 --out OUT`: labels candidates with the three guard "
+           "checkpoints, one GPU each (about 12 minutes)")
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/guard_labels.py": doc}})
+    cmd = "python scripts/guard_labels.py --in outputs/twins.jsonl --min-agree 2 --out outputs/guarded.jsonl"
+    assert drops(traj(bg(cmd, "guard"), desc=DESC, facts=facts), "resource_waste") == {}
+    assert list(drops(traj(bg("CUDA_VISIBLE_DEVICES=0 " + cmd, "guard"), desc=DESC, facts=facts), "resource_waste")) == [0]
+    loose = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/guard_labels.py": doc.replace(", one GPU each", " on the GPUs")}})
+    assert list(drops(traj(bg(cmd, "guard"), desc=DESC, facts=loose), "resource_waste")) == [0]

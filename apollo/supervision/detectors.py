@@ -2097,6 +2097,10 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
     for s in f.script_runs(i):
         if used == 1 and _ONE_GPU_DOC_RE.search(f.script_docs.get(s, "")):
             return True  # "Runs on one GPU by design"
+        doc = f.script_docs.get(s, "")
+        if _FIXED_GPUS_DOC_RE.search(doc) and not _CUDA_DEV_RE.search(cmd) and not _gpu_arg_counts(cmd) \
+                and not ((sig0 := signature(doc)) and any(_GPU_ARG_RE.match(f"{fl} {mv}") for fl, mv in sig0.flags)):
+            return True  # (sets 31/32 spent) a fixed design with no GPU knob in its line, run as the line shows
         sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
         if sig is None:
             continue
@@ -2108,6 +2112,7 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
     return False
 
 
+_FIXED_GPUS_DOC_RE = re.compile(r"(?i)\bone\s+GPU\s+(?:each|apiece)\b")  # "the three guard checkpoints, one GPU each"
 _PORTS_FLAG_RE = re.compile(r"--(?:ports|endpoints|urls|servers|base[_-]urls)$")
 _REPLICAS_FLAG_RE = re.compile(r"--(?:num[_-])?replicas(?:=|\s+)(\d+)")  # a server started with `--replicas 1`
 
