@@ -334,6 +334,7 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 # a provided script's line says it runs on the CPU ("CPU; …", "| CPU: …", "— CPU.", "runs on the CPU"), not a
 # GPU job's mention of CPU offload or CPU memory
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
+_CAT_ONE_RE = re.compile(r"^\s*cat\s+([\w./-]+\.(?:ya?ml|json|toml|cfg|ini|py|sh|txt))\s*$")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
                         r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])|\bverl\b")
 
@@ -1397,4 +1398,7 @@ class Facts:
                 text = args.get("content") if tool != "open_file" else self.obs[i]
                 if p and isinstance(text, str):
                     code = {**code, p: (code.get(p, "") + "\n" + text) if tool == "edit_file" else text}
+            elif tool == "run_command" and (m := _CAT_ONE_RE.match(self.command(i))) is not None:
+                # (set 32's spent test split) `cat configs/select.yaml`: the file as shown
+                code = {**code, norm_path(m.group(1)): self.obs[i]}
         return out
