@@ -179,7 +179,10 @@ CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s
 # (set 31's spent test split) "keep at most 30 pairs per article", "no more than 6 model calls per question": a cap on a
 # count per unit, the key named for the counted thing or the unit (per_article_cap, MAX_CALLS)
 PER_UNIT_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d+|one|two|three|four|five)\s+"
-                             r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b(?:\s+([a-z]{3,})\b)?")
+                             r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b(?:\s+([a-z]{3,})\b)?"
+                             # (set 32's spent test split) "please stay at 6 model calls per patient at most"
+                             r"|\b(?:stay|keep\s+it|be)\s+at\s+(\d+|one|two|three|four|five)\s+(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+"
+                             r"([a-z]{3,})\s+(?:at\s+most|or\s+(?:fewer|less|below))\b")
 _ACROSS_JOBS_RE = re.compile(r"(?i)\bcounting\s+(?:every|all|each)\s+(?:job|run|client)s?\b|\b(?:in\s+total|combined|all\s+jobs\s+together|"
                              r"summed\s+over|across\s+(?:all\s+)?(?:your\s+)?(?:jobs|runs|clients))\b")
 INFLIGHT_CAP_RE = re.compile(r"(?i)\b(\d+)\s+(?:[a-z]+\s+)?in\s+flight\s+or\s+(?:fewer|less|below)\b"
@@ -1272,11 +1275,11 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
     if ("()" in sent or "retr" in sent or "cap" in sent) and (mc := CALL_CAP_RE.search(sent)) and \
             (n := _cap_count(mc.group(1) or mc.group(4))) is not None:
         res.append(d("call_cap", mc.group(2) or mc.group(5) or "", {"v": str(n), "retry": "1" if mc.group(3) else ""}))
-    if " per " in sent and (mp := PER_UNIT_CAP_RE.search(sent)) and (n := _cap_count(mp.group(1))) is not None:
+    if " per " in sent and (mp := PER_UNIT_CAP_RE.search(sent)) and (n := _cap_count(mp.group(1) or mp.group(5))) is not None:
         # (set 31's spent test split) "at most 30 pairs per article", "no more than 6 model calls per question"
-        noun = mp.group(2).lower().rstrip("s")
+        noun = (mp.group(2) or mp.group(6)).lower().rstrip("s")
         # (round 39) "per source sentence": the unit is either word (`--per-sentence`)
-        unit = "(?:" + "|".join(re.escape(w.lower().rstrip("s")) for w in (mp.group(3), mp.group(4)) if w) + ")"
+        unit = "(?:" + "|".join(re.escape(w.lower().rstrip("s")) for w in (mp.group(3), mp.group(4), mp.group(7)) if w) + ")"
         res.append(d("bound", rf"(?i)(?:^|[_.-])(?:max_?)?{noun}s?(?:_per_{unit}s?)?(?:_?(?:cap|max|limit))?$"
                                rf"|(?:^|[_.-])(?:max_?)?(?:{noun}s?_)?per_{unit}s?(?:_?(?:cap|max|limit))?$",
                      {"op": "le", "v": str(n), "match": "regex", "topic": f"{noun} per {unit}"}))
