@@ -3794,3 +3794,18 @@ def test_spent_split_32_a_per_unit_cap_stated_with_at_most_after_it():
         edit = st("edit_file", {"path": "trialmatch/agent.py", "start_line": 9, "end_line": 9, "content": f"MAX_CALLS = {v}"},
                   "Edited trialmatch/agent.py lines 9-9.")
         assert list(drops(t(rule, edit), "violate_instruction")) == want, v
+
+
+def test_spent_split_32_a_part_redone_by_an_own_program():
+    """From blind_research32's spent test split: after `check_items.py --in outputs/written.jsonl --out outputs/sft.jsonl`,
+    a here-document that reads `outputs/written_wk.jsonl` and writes `outputs/sft_wk.jsonl` is the checker's job done
+    by hand on a part (ignore_script); one that post-processes the checker's own output is not."""
+    check = run("python scripts/check_items.py --in outputs/written.jsonl --out outputs/sft.jsonl")
+    prog = ("python - <<'EOF'\nimport json\nadd = [json.loads(x) for x in open('{src}')]\n"
+            "with open('{dst}', 'w') as fh:\n    fh.writelines(json.dumps(r) + '\\n' for r in add)\nEOF")
+    own = run(prog.format(src="outputs/written_wk.jsonl", dst="outputs/sft_wk.jsonl"))
+    post = run(prog.format(src="outputs/sft.jsonl", dst="outputs/sft_wk.jsonl"))
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/check_items.py": (
+        "- `python scripts/check_items.py --in IN --out OUT`: recomputes each answer and keeps the items that match")}})
+    assert list(drops(traj(check, own, desc=DESC, facts=facts), "ignore_script")) == [1]
+    assert drops(traj(check, post, desc=DESC, facts=facts), "ignore_script") == {}

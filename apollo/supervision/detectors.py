@@ -268,6 +268,9 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             reason = f"rewrites {shared[0]} without the provided {shared[1]} it used (the task's shared module), its own in its place"
         if reason is None and tool == "run_command" and targets and (redone := _redone_by_hand(f, i, targets)):
             reason = f"wrote {targets[0]} by hand from the inputs of {redone[0]}'s run at step {redone[1]}, without it"
+        if reason is None and tool == "run_command" and targets and (variant := _variant_by_hand(f, i, targets)):
+            reason = f"wrote {variant[1]} with its own program from {variant[2]} (named like what {variant[0]} read " \
+                     f"and wrote at step {variant[3]}) instead of running {variant[0]} on it"
         if reason is None and tool == "run_command" and (bypassed := _module_launch_of(f, i)):
             reason = f"launches {bypassed[0]} itself instead of the provided {bypassed[1]}"
         if reason is None and tool == "run_command" and (srv := _own_model_server(f, i)):
@@ -327,6 +330,42 @@ def _redone_by_hand(f: Facts, i: int, targets: list[str]) -> tuple[str, int] | N
                if p not in made and p not in provided}
         if len(ins) >= 2 and all(p in cmd for p in ins):
             return provided[0], j
+    return None
+
+
+def _variant_of(path: str, like: str) -> bool:
+    """``outputs/written_wk.jsonl`` is a part named like ``outputs/written.jsonl`` (same folder and suffix, its stem
+    then ``_``/``-`` and more)."""
+    d1, _, b1 = path.rpartition("/")
+    d2, _, b2 = like.rpartition("/")
+    s1, _, x1 = b1.rpartition(".")
+    s2, _, x2 = b2.rpartition(".")
+    return d1 == d2 and x1 == x2 and bool(s2) and len(s1) > len(s2) + 1 and s1.startswith(s2) and s1[len(s2)] in "_-"
+
+
+def _variant_by_hand(f: Facts, i: int, targets: list[str]) -> tuple[str, str, str, int] | None:
+    """(set 32's spent test split) (provided script, target, input, step): hand program ``i`` reads a part named like the
+    input of an earlier run of a provided script (``outputs/written_wk.jsonl`` beside ``--in outputs/written.jsonl``) and
+    writes a part named like that run's output (``outputs/sft_wk.jsonl`` beside ``--out outputs/sft.jsonl``): the
+    script's job done again without it, on a part."""
+    if f.script_runs(i) or not (progs := inline_programs(f.command(i))):
+        return None
+    reads = {norm_path(a or b) for code in progs for a, b in _OPEN_READ_RE.findall(code)}
+    if not reads:
+        return None
+    for j in range(i - 1, -1, -1):
+        if f.tools[j] != "run_command" or not f.oks[j] or f.steps[j].observation.exit_code:
+            continue
+        provided = [s for s in f.script_runs(j) if s in f.scripts]
+        if not provided:
+            continue
+        made = set(f.written_paths(j)) | set(f._job(j).outputs if f.background(j) else ())
+        ins = {p for p in re.findall(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.\w+)", f.command(j))
+               if p not in made and p not in provided}
+        for t in targets:
+            if any(_variant_of(t, o) for o in made) and (r := next((r for r in sorted(reads) for q in ins
+                                                                    if _variant_of(r, q)), None)):
+                return provided[0], t, r, j
     return None
 
 
