@@ -3809,3 +3809,24 @@ def test_spent_split_32_a_part_redone_by_an_own_program():
         "- `python scripts/check_items.py --in IN --out OUT`: recomputes each answer and keeps the items that match")}})
     assert list(drops(traj(check, own, desc=DESC, facts=facts), "ignore_script")) == [1]
     assert drops(traj(check, post, desc=DESC, facts=facts), "ignore_script") == {}
+
+
+def test_spent_split_31_a_cap_per_run_of_a_named_job():
+    """From blind_research31's spent test split: "at most 40,000 cases per writing run" caps each run of write_items.py:
+    `--limit 50000` breaks it, `--limit 40000` does not; with no limit, the run takes its whole input, so an input stated
+    as 60,000 cases breaks it and one of 30,000 does not. Another script's run is not a writing run."""
+    assert [(x.kind, x.target, x.values["v"]) for x in extract("at most 40,000 cases per writing run please")] == [
+        ("run_cap", "writ", "40000")]
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/write_items.py": (
+        "- `python scripts/write_items.py --cases IN --ports 8700-8703 [--limit N] --out OUT`: writes an item per case"),
+        "scripts/check_items.py": "- `python scripts/check_items.py --in IN --out OUT`: checks the items"}})
+    rule = st("list_files", {"path": "."}, guidance=("Marco: at most 40,000 cases per writing run please.",))
+    write = "python scripts/write_items.py --cases outputs/cases.jsonl --ports 8700-8703 {lim}--out outputs/written.jsonl"
+    for rows, lim, want in ((60000, "", [2]), (30000, "", []), (60000, "--limit 50000 ", [2]), (60000, "--limit 40000 ", [])):
+        sample = run("python scripts/sample_cases.py --n 1 --out outputs/cases.jsonl",
+                     f"$ python scripts/sample_cases.py\n{rows} cases -> outputs/cases.jsonl\n\n[finished, exit code 0]")
+        got = drops(traj(rule, sample, bg(write.format(lim=lim), "write"), desc=DESC, facts=facts), "violate_instruction")
+        assert list(got) == want, (rows, lim)
+    check = run("python scripts/check_items.py --in outputs/cases.jsonl --out outputs/sft.jsonl")
+    sample = run("python scripts/sample_cases.py --n 1 --out outputs/cases.jsonl", "60000 cases -> outputs/cases.jsonl")
+    assert drops(traj(rule, sample, check, desc=DESC, facts=facts), "violate_instruction") == {}
