@@ -3830,3 +3830,22 @@ def test_spent_split_31_a_cap_per_run_of_a_named_job():
     check = run("python scripts/check_items.py --in outputs/cases.jsonl --out outputs/sft.jsonl")
     sample = run("python scripts/sample_cases.py --n 1 --out outputs/cases.jsonl", "60000 cases -> outputs/cases.jsonl")
     assert drops(traj(rule, sample, check, desc=DESC, facts=facts), "violate_instruction") == {}
+
+
+def test_spent_split_31_a_long_sleep_on_a_short_job_while_replicas_hold_the_gpus():
+    """From blind_research31's spent test split: with the writer replicas up, a sleep of 1,800 s on a checker whose own line
+    says "about 2 minutes" leaves the pool idle long past the wait (resource_waste); 300 s is the wait; with no replicas
+    up, or a checker whose line states no time, the sleep is not judged by this rule."""
+    scripts = {**SCRIPTS, "scripts/serve_writer.sh": "- `bash scripts/serve_writer.sh 8700 8701`: two writer replicas, 4 GPUs each",
+               "scripts/check_items.py": ("- `python scripts/check_items.py --in IN --out OUT`: recomputes each answer and "
+                                          "keeps the items that match (about 2 minutes)")}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    srv = bg("bash scripts/serve_writer.sh 8700 8701", "writer")
+    check = bg("python scripts/check_items.py --in outputs/written.jsonl --out outputs/sft.jsonl", "check")
+    nap = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    assert list(drops(traj(srv, check, nap, desc=DESC, facts=facts), "resource_waste")) == [2]
+    assert drops(traj(srv, check, st("sleep", {"seconds": 300}, "Slept 300 s."), desc=DESC, facts=facts), "resource_waste") == {}
+    assert drops(traj(check, nap, desc=DESC, facts=facts), "resource_waste") == {}
+    plain = FACTS.model_copy(update={"scripts": {**scripts, "scripts/check_items.py": scripts["scripts/check_items.py"].replace(
+        " (about 2 minutes)", "")}})
+    assert drops(traj(srv, check, nap, desc=DESC, facts=plain), "resource_waste") == {}

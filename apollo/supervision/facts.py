@@ -586,14 +586,25 @@ def stated_durations(description: str) -> tuple[tuple[str, float], ...]:
         m = _DURATION_RE.search(clause)
         if not m:
             continue
-        if not (m.group(2) or m.group(4)):  # a short job said in words
-            out.append((clause[:m.start()].lower(), 120.0 if "minute" in m.group(0).lower() else 10.0))
-            continue
-        n = float(m.group(1)) if m.group(1) else 1.0
-        unit = (m.group(2) or m.group(4)).lower()
-        secs = n * (3600.0 if unit.startswith("h") else 1.0 if unit.startswith("s") else 60.0)
-        out.append((clause[:m.start()].lower(), secs + 60.0 * float(m.group(5) or 0)))
+        out.append((clause[:m.start()].lower(), _match_secs(m)))
     return tuple(out)
+
+
+def _match_secs(m: re.Match[str]) -> float:
+    """Seconds of a :data:`_DURATION_RE` match."""
+    if not (m.group(2) or m.group(4)):  # a short job said in words
+        return 120.0 if "minute" in m.group(0).lower() else 10.0
+    n = float(m.group(1)) if m.group(1) else 1.0
+    unit = (m.group(2) or m.group(4)).lower()
+    return n * (3600.0 if unit.startswith("h") else 1.0 if unit.startswith("s") else 60.0) + 60.0 * float(m.group(5) or 0)
+
+
+@lru_cache(maxsize=4096)
+def line_duration(doc: str) -> float | None:
+    """Seconds a provided script's own line in the Scripts section says its job takes ("… (about 3 minutes)"), None when it
+    gives no number."""
+    m = _DURATION_RE.search(doc) if doc else None
+    return _match_secs(m) if m is not None and (m.group(2) or m.group(4)) else None
 
 
 def _stem_words(path: str) -> list[str]:
