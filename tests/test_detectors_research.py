@@ -3849,3 +3849,23 @@ def test_spent_split_31_a_long_sleep_on_a_short_job_while_replicas_hold_the_gpus
     plain = FACTS.model_copy(update={"scripts": {**scripts, "scripts/check_items.py": scripts["scripts/check_items.py"].replace(
         " (about 2 minutes)", "")}})
     assert drops(traj(srv, check, nap, desc=DESC, facts=plain), "resource_waste") == {}
+
+
+def test_spent_split_32_a_step_run_through_a_dispatcher_is_its_script():
+    """From blind_research32's spent test split: `sh init.d/numrep check` runs the command under the `check)` arm of the
+    Scripts section's case statement (scripts/check_items.py), as if the agent had typed it; a Rakefile's `task :write do`
+    is read the same way; a word that labels nothing leaves the call as it is."""
+    from apollo.supervision.facts import _dispatch
+
+    desc = DESC.replace("## Evaluation", (
+        "## Scripts\n```sh\ncase \"$1\" in\n  sample)\n    # Samples cases (about 2 minutes)\n"
+        "    python scripts/sample_cases.py --n 60000 --out outputs/cases.jsonl\n    ;;\n  check)\n"
+        "    # Keeps the items whose answer matches (about 3 minutes)\n"
+        "    python scripts/check_items.py --in outputs/written.jsonl --out outputs/sft.jsonl\n    ;;\nesac\n```\n"
+        "```ruby\ntask :write do\n  sh \"python scripts/write_items.py --cases outputs/cases.jsonl --out outputs/written.jsonl\"\nend\n```\n"
+        "## Evaluation"))
+    assert _dispatch(desc, "sh init.d/numrep check") == ("python scripts/check_items.py --in outputs/written.jsonl --out "
+                                                         "outputs/sft.jsonl")
+    assert _dispatch(desc, "sh init.d/numrep sample").startswith("python scripts/sample_cases.py")
+    assert _dispatch(desc, "rake write").startswith("python scripts/write_items.py --cases")
+    assert _dispatch(desc, "sh init.d/numrep status") == "sh init.d/numrep status"

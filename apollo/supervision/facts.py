@@ -339,6 +339,39 @@ GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bd
                         r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])|\bverl\b")
 
 
+# (set 32's spent test split) a step run through a provided dispatcher: `sh init.d/numrep check`, `julia -e
+# 'include("jobs.jl"); corr()'`, `rake write`, `fab serve`, `./run.sh check`
+_RUNNER_RE = re.compile(r"^\s*(?:(?:sh|bash|julia|rake|fab|invoke|inv|task|npm\s+run|yarn|pnpm|poe|nox\s+-s|tox\s+-e|doit|gradle|"
+                        r"\.?/?gradlew|pixi\s+run|hatch\s+run|mise\s+run|earthly|snakemake|condor_submit|kubectl|argo|"
+                        r"docker\s+compose\s+run)\s|\./[\w.-]+\s)")
+_DISPATCH_STOP = frozenset({"sh", "bash", "run", "exec", "start", "submit", "create", "apply", "include", "using", "compose",
+                            "the", "and", "true", "false"})
+
+
+@lru_cache(maxsize=4096)
+def _dispatch(description: str, cmd: str) -> str:
+    """The command a dispatcher call runs: the first provided-script call after the Scripts section's label of one of
+    the call's words (``check)`` of a case statement, ``check:``, ``"check"``, ``corr()``, ``:check``, ``[check]``),
+    before the next label; the call as it is where no label names one. A simple call only (no pipes, lists, or
+    here-documents)."""
+    if any(x in cmd for x in ("|", ";\n", "&&", "<<", ">")) and not re.match(r"^\s*julia\s+-e\s", cmd):
+        return cmd
+    body = section(description, "Scripts")
+    if not body:
+        return cmd
+    words = [w for w in re.findall(r"(?<![\w./-])([A-Za-z_][\w-]{2,})(?![\w./-])", cmd.split(None, 1)[1] if " " in cmd else "")
+             if w.lower() not in _DISPATCH_STOP]
+    for w in reversed(words):
+        lab = re.compile(rf"(?m)(?:^\s*|[\s\"'(\[:])(?:def\s+|function\s+|task\s+:?)?{re.escape(w)}(?:\)|:|\"|'|\(\)|\]|\s*=|\s+do\b)")
+        for m in lab.finditer(body):
+            rest = body[m.end():m.end() + 800]
+            call = re.search(r"(?m)((?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|accelerate\s+launch|deepspeed)\s+"
+                             r"(?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\b[^\n#\"]*)", rest)
+            if call is not None and not re.search(r"(?m)^\s*[\w-]+\)\s*$", rest[:call.start()]):
+                return call.group(1).strip()
+    return cmd
+
+
 @dataclass(frozen=True)
 class Signature:
     """What a provided script's usage line (``scripts/x.py --input IN --output OUT [--tp N]``) says."""
@@ -935,7 +968,10 @@ class Facts:
         self.commands = commands  # run_command's command ("" otherwise)
         self.backgrounds = backgrounds  # see :meth:`background`
         if any(c.startswith(("just ", "make ")) for c in commands):
-            self.commands = [self._recipe(c) if c.startswith(("just ", "make ")) else c for c in commands]
+            self.commands = [self._recipe(c) if c.startswith(("just ", "make ")) else c for c in self.commands]
+        if any(_RUNNER_RE.match(c) for c in self.commands):
+            self.commands = [_dispatch(self.description, c) if _RUNNER_RE.match(c) and not _script_runs(c) else c
+                             for c in self.commands]
 
     def _recipe(self, cmd: str) -> str:
         """``just NAME ARGS`` / ``make NAME``: the command of the recipe a provided script's line shows
