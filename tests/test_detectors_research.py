@@ -3869,3 +3869,16 @@ def test_spent_split_32_a_step_run_through_a_dispatcher_is_its_script():
     assert _dispatch(desc, "sh init.d/numrep sample").startswith("python scripts/sample_cases.py")
     assert _dispatch(desc, "rake write").startswith("python scripts/write_items.py --cases")
     assert _dispatch(desc, "sh init.d/numrep status") == "sh init.d/numrep status"
+
+
+def test_spent_split_32_a_training_step_per_item_is_no_serial_inference():
+    """From blind_research32's spent test split: a loop that tokenizes one list, runs the model on it and calls
+    `loss.backward()` is a trainer (one example per step), not one-at-a-time inference; the same loop without the backward
+    pass is."""
+    from apollo.supervision.detectors import serial_forward
+
+    code = ("import torch\nfrom transformers import AutoModel, AutoTokenizer\nmodel = AutoModel.from_pretrained('m').cuda()\n"
+            "tok = AutoTokenizer.from_pretrained('m')\nfor row in rows:\n"
+            "    enc = tok(row['text'], return_tensors='pt').to('cuda')\n    out = model(**enc)\n{extra}")
+    assert serial_forward(code.format(extra="    preds.append(out.logits)\n")) is not None
+    assert serial_forward(code.format(extra="    loss = out.logits.mean()\n    loss.backward()\n    opt.step()\n")) is None

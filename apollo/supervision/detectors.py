@@ -1178,6 +1178,8 @@ def serial_forward(code: str) -> str | None:
         if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or _loop_iters_batches(loop):
             continue
         nodes = [n for b in loop.body for n in ast.walk(b)]
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward" for n in nodes):
+            continue  # (set 32's spent test split) a training step per item (`loss.backward()`): no inference
         if any(isinstance(n, ast.Call) and any(k.arg == "return_tensors" for k in n.keywords) for n in nodes):
             fwd = next((n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                         and any(k.arg is None for k in n.keywords)), None)
