@@ -3849,6 +3849,13 @@ def test_spent_split_31_a_long_sleep_on_a_short_job_while_replicas_hold_the_gpus
     plain = FACTS.model_copy(update={"scripts": {**scripts, "scripts/check_items.py": scripts["scripts/check_items.py"].replace(
         " (about 2 minutes)", "")}})
     assert drops(traj(srv, check, nap, desc=DESC, facts=plain), "resource_waste") == {}
+    # 3x a 9-minute dev run is past the wait; sent to 1 of the line's 4 replica ports the run may take 4x as long
+    dev = {**scripts, "scripts/run_dev.py": ("- `python scripts/run_dev.py --n 400 --ports 8700-8703 --out OUT`: runs the "
+                                             "solver on the dev puzzles (about 9 min)")}
+    dfacts = FACTS.model_copy(update={"scripts": dev})
+    for ports, want in (("8700-8703", [2]), ("8700", [])):
+        run_dev = bg(f"python scripts/run_dev.py --n 400 --ports {ports} --out outputs/dev.jsonl", "dev")
+        assert list(drops(traj(srv, run_dev, nap, desc=DESC, facts=dfacts), "resource_waste")) == want, ports
 
 
 def test_spent_split_32_a_step_run_through_a_dispatcher_is_its_script():

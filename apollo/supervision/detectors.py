@@ -3065,7 +3065,8 @@ def _sleep_after_seen_finished(f: Facts, i: int, p: DetectorParams) -> str | Non
 
 def _oversleep_short_job(f: Facts, i: int) -> str | None:
     """(spent test splits of sets 31-32) Sleep ``i`` (≥ :data:`OVERSLEEP_MIN_S`) waits on jobs whose own Scripts lines
-    say they take at most :data:`SHORT_JOB_S` each ("… (about 3 minutes)"), for ≥ :data:`OVERSLEEP_FACTOR`× the longest,
+    say they take at most :data:`SHORT_JOB_S` each ("… (about 3 minutes)"), for ≥ :data:`OVERSLEEP_FACTOR`× the longest
+    (scaled up for a run on fewer replicas than its line shows),
     while served replicas hold their GPUs: the pool idles long past the wait ("sleeps 1,800 s on a checker documented at
     about 2 minutes, with the writer replicas still holding the 4 GPUs"). Durations from the task's prose are not used:
     they name jobs loosely ("a rewriter replica loads in 3 minutes" is no rewrite.py's run)."""
@@ -3080,15 +3081,35 @@ def _oversleep_short_job(f: Facts, i: int) -> str | None:
         stated = [d for d in (line_duration(f.script_docs.get(s, "")) for s in f.script_runs(j.step)) if d]
         if not stated:
             return None  # a job of unknown length: the sleep may be what it needs
-        longest = max(longest, *stated)
+        longest = max(longest, max(stated) * _fewer_workers_ratio(f, j.step))
     if longest > SHORT_JOB_S or secs < OVERSLEEP_FACTOR * longest:
         return None
     return f"slept {secs:g} s on jobs whose lines say they take about {longest / 60:g} min at most, with the served " \
            f"replicas holding their GPUs"
 
 
-OVERSLEEP_MIN_S, SHORT_JOB_S, OVERSLEEP_FACTOR = 1200.0, 600.0, 4.0  # (measured on the labeled sets: 4x/10 min/20 min
-# changes 3 decisions, all toward their labels; rules on the prose's durations moved 42-188 away)
+def _fewer_workers_ratio(f: Facts, i: int) -> float:
+    """How much longer than its line states run ``i`` may take: the line's replicas (or ports) over the run's
+    (``run_dev.py --replicas 2`` of a line showing ``--replicas 8``: 4x); 1 when it uses as many or more."""
+    ratio = 1.0
+    for _, sig, _, flags in f.script_calls(i):
+        for fl, default in sig.flags:
+            got = flags.get(fl)
+            if not got:
+                continue
+            if re.match(r"--(?:num[_-])?replicas$", fl) and default.isdigit() and got.isdigit() and int(got):
+                ratio = max(ratio, int(default) / int(got))
+            elif _PORTS_FLAG_RE.match(fl) or fl == "--ports":
+                from apollo.supervision.instructions import port_ids
+
+                if (want := len(port_ids(default))) and (have := len(port_ids(got))):
+                    ratio = max(ratio, want / have)
+    return ratio
+
+
+OVERSLEEP_MIN_S, SHORT_JOB_S, OVERSLEEP_FACTOR = 1200.0, 600.0, 3.0  # (measured on the labeled sets: 3x/10 min/20 min
+# with the replica ratio changes 7 decisions, all toward their labels; without the ratio 1 moves away; rules on the
+# prose's durations moved 42-188 away)
 
 
 def _beside_training(f: Facts, i: int, d: Any) -> str | None:
