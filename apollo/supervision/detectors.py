@@ -2891,7 +2891,7 @@ def _keep_bool_breach(f: Facts, i: int, d: Any) -> str | None:
            f"({d.describe()})"
 
 
-_INFLIGHT_FLAG_RE = re.compile(r"--(?:max[_-])?(?:concurrency|in[_-]?flight|concurrent[_-]requests)(?:=|\s+)(\d+)")
+_INFLIGHT_FLAG_RE = re.compile(_CONCURRENCY_FLAG_RE.pattern.removesuffix("$") + r"(?:=|\s+)(\d+)")  # `--concurrency 48`
 
 
 def _inflight_sum_breach(f: Facts, i: int, d: Any) -> str | None:
