@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _setup_logging() -> None:
@@ -64,10 +65,12 @@ def _mask_params(path: str | None) -> dict:
     return dict(load_params(p).get("mask") or {})
 
 
-def _masker(args: argparse.Namespace, *, judge_default: bool = True):
+def _masker(args: argparse.Namespace, *, judge_default: bool = True, conventions: dict[str, Any] | None = None):
     from apollo.supervision.masker import Masker, MaskConfig
 
     mp = _mask_params(args.params)
+    if conventions:  # a labeled set's protocol (conventions.json beside its labels) over the params file's
+        mp["detector_params"] = {**(mp.get("detector_params") or {}), **conventions}
     judge = dict(mp.get("judge") or {})
     for key in ("backend", "model", "base_url"):
         v = getattr(args, f"judge_{key}", None)
@@ -131,11 +134,12 @@ def cmd_mask_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_mask_report(args: argparse.Namespace) -> int:
-    from apollo.supervision.labeled import LabeledSetError, evaluate_labeled, load_labeled, load_split
+    from apollo.supervision.labeled import LabeledSetError, evaluate_labeled, load_conventions, load_labeled, load_split
 
     try:
         labels, trajs = load_labeled(args.fixtures, args.trajectories)
         split = load_split(args.fixtures)
+        conventions = load_conventions(args.fixtures)
     except (OSError, LabeledSetError) as e:
         print(f"mask report: {e}", file=sys.stderr)
         return 1
@@ -143,7 +147,9 @@ def cmd_mask_report(args: argparse.Namespace) -> int:
         print(f"mask report: no split {args.split!r} in {Path(args.fixtures).with_name('split.json')}", file=sys.stderr)
         return 1
     names = (["all", *[n for n in ("dev", "test") if n in split]] if args.split == "each" else [args.split])
-    masker = _masker(args)
+    if conventions:
+        print(f"labeling conventions of this set ({Path(args.fixtures).with_name('conventions.json')}): {conventions}")
+    masker = _masker(args, conventions=conventions)
     try:
         reports = [evaluate_labeled(masker, labels, trajs, only=None if n == "all" else split[n],
                                     title="all" if n == "all" else f"{n} split") for n in names]

@@ -222,12 +222,14 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
 ])
 def test_the_masker_holds_its_quality_on_the_held_out_sets(name, split, support, floor_p, floor_r):
     from apollo.supervision.facts import load_task_infos
-    from apollo.supervision.labeled import evaluate_labeled, load_labeled, load_split
+    from apollo.supervision.detectors import DetectorParams
+    from apollo.supervision.labeled import evaluate_labeled, load_conventions, load_labeled, load_split
     from apollo.supervision.masker import Masker, MaskConfig
 
     root = FIX / name
     labels, trajs = load_labeled(root / "labels.jsonl")
-    masker = Masker(MaskConfig(), task_infos=load_task_infos(root / "tasks"))
+    conv = DetectorParams(**load_conventions(root / "labels.jsonl"))  # the set's labeling protocol (conventions.json)
+    masker = Masker(MaskConfig(detector_params=conv), task_infos=load_task_infos(root / "tasks"))
     only = load_split(root / "labels.jsonl")[split] if split else None
     rep = evaluate_labeled(masker, labels, trajs, only=only).to_json()["decision"]
     assert rep["support"] == support  # the labeled drops the floors are measured on

@@ -105,8 +105,9 @@ def test_rule_cases_meet_their_specification(report):
             assert s.recall >= 0.9, f"{s.name}: recall {s.recall}\n{table}"
     assert report.decision.precision >= 0.9
     vi = next(s for s in report.categories if s.name == "violate_instruction")
-    # the rule pass finds the explicit directives; "use --backend vllm" then running an own HF script is the judge's
-    assert vi.mode == "rule" and vi.fp == 0 and vi.tp >= 3 and vi.examples["fn"] == ["labeled-llm-gen-vllm-available#7"]
+    # the rule pass finds the explicit directives ("use --backend vllm" then an own HF script: its creation carries
+    # inefficient_inference, its failing run runtime_error)
+    assert vi.mode == "rule" and vi.fp == 0 and vi.tp >= 3 and vi.examples["fn"] == []
     m = report.metrics()
     assert m["mask.labeled.category.blind_edit.precision"] >= 0.9 and "mask.labeled.rule.tool_error.recall" in m
     lo, hi = report.decision.recall_ci

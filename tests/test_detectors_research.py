@@ -946,6 +946,8 @@ def test_round_9_a_serial_judge_named_for_a_provided_judge_is_its_own_version():
     judge done again (ignore_script, as the labelers of sets 6-8 read it), named since round 24 for its serial
     decoding (inefficient_inference first, as the labelers of sets 14-18 name it), ignore_script beside it; a serial
     generator is inefficient_inference alone, and a model check named like a provided CPU checker is another method."""
+    from apollo.supervision.detectors import DetectorParams
+
     loop = ("from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('models/q')\n"
             "for line in open('outputs/pairs.jsonl'):\n    out = m.generate(**tok(line, return_tensors='pt'))\n")
     scripts = {**SCRIPTS, "scripts/judge_faithful.py": "- `python scripts/judge_faithful.py --in F --out F [--gpus 4 --bs 16]`: "
@@ -954,9 +956,13 @@ def test_round_9_a_serial_judge_named_for_a_provided_judge_is_its_own_version():
     facts = FACTS.model_copy(update={"scripts": scripts})
     for name, also in (("faith10", True), ("gen_pairs", False), ("self_verify", False)):
         tr = traj(created(f"scripts/{name}.py", loop), run(f"python scripts/{name}.py"), desc=DESC, facts=facts)
-        found = Masker(MaskConfig(), load_tasks=False).mask([tr])[0][0]
+        # (sets 6-8's protocol drops the run too: keep_own_script_runs false; from set 14 on the run is kept)
+        cfg = MaskConfig(detector_params=DetectorParams(keep_own_script_runs=False))
+        found = Masker(cfg, load_tasks=False).mask([tr])[0][0]
         assert [s.mask.category for s in found.steps] == ["inefficient_inference"] * 2, name
         assert all(("also: ignore_script" in s.mask.reason) is also for s in found.steps), name
+        kept = Masker(MaskConfig(), load_tasks=False).mask([tr])[0][0]
+        assert [s.mask.category for s in kept.steps] == ["inefficient_inference", None], name
 
 
 def test_round_9_usage_lines_in_ini_blocks_json_objects_and_listing_columns():
@@ -3889,3 +3895,36 @@ def test_spent_split_32_a_training_step_per_item_is_no_serial_inference():
             "    enc = tok(row['text'], return_tensors='pt').to('cuda')\n    out = model(**enc)\n{extra}")
     assert serial_forward(code.format(extra="    preds.append(out.logits)\n")) is not None
     assert serial_forward(code.format(extra="    loss = out.logits.mean()\n    loss.backward()\n    opt.step()\n")) is None
+
+
+def test_a_clean_run_of_an_own_script_is_kept_where_its_creation_carries_the_fault():
+    """The labeling protocol of the blind sets from the fourteenth on: a file created as one-at-a-time inference (or as an
+    own version of a provided script) carries the drop at its creation; its clean run is kept, a failing run keeps its
+    runtime_error. The first sets' protocol (`keep_own_script_runs: false`, their conventions.json) drops the run too."""
+    from pathlib import Path
+
+    from apollo.supervision.detectors import DetectorParams
+    from apollo.supervision.labeled import load_conventions
+
+    code = ("import json\nimport torch\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            "tok = AutoTokenizer.from_pretrained('m')\nmodel = AutoModelForCausalLM.from_pretrained('m').cuda()\n"
+            "for row in map(json.loads, open('data/dev.jsonl')):\n"
+            "    ids = tok(row['q'], return_tensors='pt').input_ids.cuda()\n"
+            "    print(tok.decode(model.generate(ids, max_new_tokens=64)[0]))\n")
+    make = created("tools/dev_hf.py", code)
+    clean = run("python tools/dev_hf.py")
+    broken = run("python tools/dev_hf.py", "$ python tools/dev_hf.py\nTraceback (most recent call last):\n"
+                 "  File \"tools/dev_hf.py\", line 6, in <module>\nFileNotFoundError: data/dev.jsonl\n\n"
+                 "[finished, exit code 1]", 1)
+
+    def decisions(*steps, keep_runs=True):
+        cfg = MaskConfig(detector_params=DetectorParams(keep_own_script_runs=keep_runs))
+        masked, _ = Masker(cfg).mask([t(*steps)])
+        return [(s.mask.keep, s.mask.category) for s in masked[0].steps]
+
+    assert decisions(make, clean) == [(False, "inefficient_inference"), (True, None)]
+    assert decisions(make, clean, keep_runs=False) == [(False, "inefficient_inference"), (False, "inefficient_inference")]
+    assert decisions(make, broken)[1] == (False, "runtime_error")
+    fix = Path(__file__).parent / "fixtures"
+    assert load_conventions(fix / "blind_research4" / "labels.jsonl") == {"keep_own_script_runs": False}
+    assert load_conventions(fix / "blind_research14" / "labels.jsonl") == {}

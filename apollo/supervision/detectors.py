@@ -144,6 +144,8 @@ class DetectorParams:
     default_max_evals: int = 3
     eval_wait_s: float = 600.0  # an eval after this much sleep since a job's launch (no "running" since): waited out
     instruction_window: int | None = None  # steps a directive holds (None: to the end; prohibitions always)
+    keep_own_script_runs: bool = True  # a clean run of an own script whose creation was dropped is kept (the
+    # labeling protocol of the blind sets from the fourteenth on; the first sets dropped the runs too)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> DetectorParams:

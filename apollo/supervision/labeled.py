@@ -76,6 +76,27 @@ def load_split(labels_path: str | Path) -> dict[str, list[str]]:
     return {str(k): [str(x) for x in v] for k, v in d.items()}
 
 
+def load_conventions(labels_path: str | Path) -> dict[str, Any]:
+    """``conventions.json`` beside the labels (``{}`` when there is none): the detector parameters that state the set's
+    labeling protocol where it differs from the masker's defaults (the first blind sets also dropped the clean runs of
+    an own script whose creation was dropped: ``{"keep_own_script_runs": false}``); raises naming the file and field."""
+    from dataclasses import fields
+
+    from apollo.supervision.detectors import DetectorParams
+
+    p = Path(labels_path).with_name("conventions.json")
+    if not p.is_file():
+        return {}
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise LabeledSetError(f"{p}: invalid JSON: {e.msg}") from e
+    known = {f.name for f in fields(DetectorParams)}
+    if not isinstance(d, dict) or (bad := sorted(set(d) - known)):
+        raise LabeledSetError(f"{p}: expected {{detector parameter: value}}; unknown: {bad if isinstance(d, dict) else d!r}")
+    return d
+
+
 def _row(r: dict[str, Any], where: str) -> tuple[Any, bool, tuple[str, ...]]:
     """(step, keep, categories) of a label row in either format."""
     if "label" in r:  # blind-set format

@@ -43,7 +43,7 @@ from apollo.supervision.detectors import (
     TaskInfo,
     get_detectors,
 )
-from apollo.supervision.facts import load_task_infos
+from apollo.supervision.facts import load_task_infos, norm_path
 from apollo.supervision.judge import Judge, JudgeConfig, JudgeRequest, candidates, judged_categories
 from apollo.supervision.symbolic import RuleSet, _evidence, background_failures, log_views
 
@@ -144,6 +144,25 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
     return _NOTHING[has_rules]
 
 
+_OWN_FAULTS = frozenset({"ignore_script", "inefficient_inference"})
+
+
+def own_runs_kept(per_step: list[list[Finding]], f: Facts) -> None:
+    """Clear, in place, the findings of a clean run of a file whose creation was already dropped as the agent's own
+    version of a provided script or as one-at-a-time inference (``create_file tools/my_check.py`` flagged, then
+    ``python tools/my_check.py``): the fault is the file's, its creation carries it. A run that also breaks something
+    else (fails, wastes GPUs, breaks a directive) keeps those findings. This is the labeling protocol of the blind sets
+    from the fourteenth on; the first sets (1-11) also dropped such runs (``keep_own_script_runs: false``)."""
+    created: set[str] = set()
+    for i in range(f.n):
+        tool = f.tools[i]
+        if tool == "create_file":
+            if any(not x.keep and x.category in _OWN_FAULTS for x in per_step[i]):
+                created.add(norm_path(f.args[i].get("path")))
+        elif tool == "run_command" and created and per_step[i] and not created.isdisjoint(f.script_runs(i)):
+            per_step[i] = [x for x in per_step[i] if x.keep or x.category not in _OWN_FAULTS]
+
+
 class Masker:
     """Masks trajectories: ``masked, stats = Masker(cfg).mask(trajs)``."""
 
@@ -239,6 +258,8 @@ class Masker:
             for d in self.rule_detectors:
                 for fd in d.detect(traj, f, p):  # type: ignore[misc]
                     per_step[fd.step].append(fd)
+            if p.keep_own_script_runs:
+                own_runs_kept(per_step, f)
         return per_step
 
     def analyze(self, trajs: list[Trajectory], *, ask_dropped: bool = False) -> list[list[list[Finding]]]:

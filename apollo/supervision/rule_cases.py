@@ -293,10 +293,12 @@ SCENARIOS: list[Scenario] = [
         A("Generate with vLLM as advised.", "run_command", {"command": GEN + " --backend vllm"}, K, expect="backend=vllm"),
         A("Write my own script for extra answers.", "create_file", {"path": "gen_extra.py", "content": HF_CODE},
           D("inefficient_inference", note="a transformers generate loop, one sample at a time, while vLLM is installed "
-                                          "(issue 33: the file is judged, and each run of it)"), expect="Created"),
+                                          "(issue 33: the file is judged; its creation carries the fault, a clean run "
+                                          "of it is kept)"), expect="Created"),
         A("Generate the extra answers.", "run_command", {"command": "python gen_extra.py"},
-          D("inefficient_inference", "violate_instruction", "runtime_error", rule="runtime_error",
-            note="runs an HF generate loop after 'use vllm' (transformers is missing in the sandbox)"),
+          D("runtime_error", rule="runtime_error",
+            note="runs the HF generate loop written at 6, which carries that fault; the run fails (transformers is "
+                 "missing in the sandbox)"),
           expect="Traceback"),
         A("Count the generated answers.", "run_command", {"command": "wc -l output/sft.jsonl"}, K),
         A("Look at the first answers.", "open_file", {"path": "output/sft.jsonl", "line_start": 1, "line_end": 3}, K),
