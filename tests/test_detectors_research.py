@@ -3928,3 +3928,31 @@ def test_a_clean_run_of_an_own_script_is_kept_where_its_creation_carries_the_fau
     fix = Path(__file__).parent / "fixtures"
     assert load_conventions(fix / "blind_research4" / "labels.jsonl") == {"keep_own_script_runs": False}
     assert load_conventions(fix / "blind_research14" / "labels.jsonl") == {}
+
+
+def test_round_40_argv_braces_train_splits_fixed_gpu_counts_and_gpu_id_lists():
+    """Round 40 (set 33's dev split): a Zig `&.{ "python", "scripts/write_items.py", …, "--inflight", inflight }` is a usage
+    (a bare name is the placeholder), so `--inflight 1` against "(about 40 minutes … at 32)" is one at a time; "writes the
+    train split" is no GPU job; "about 8 minutes on 3 GPUs" with no GPU knob is the documented design; a GPU id list
+    in the line's position (`score_consistency.sh 0,1,2,3`, "one shard per GPU id") run with `0,1` uses two GPUs."""
+    from apollo.supervision.facts import signature
+
+    zig = ('Writes the items, -Dinflight requests in flight (about 40 minutes for 34,000 cases at 32) const write = '
+           'b.addSystemCommand(&.{ "python", "scripts/write_items.py", "--ports", "8600-8601", "--inflight", inflight, '
+           '"--out", "outputs/written.jsonl" });')
+    assert signature(zig).flags == (("--ports", "8600-8601"), ("--inflight", "INFLIGHT"), ("--out", "outputs/written.jsonl"))
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/write_items.py": zig}})
+    probe = run("python scripts/write_items.py --ports 8600-8601 --inflight 1 --out outputs/probe.jsonl")
+    assert list(drops(traj(probe, desc=DESC, facts=facts), "inefficient_inference")) == [0]
+    scripts = {**SCRIPTS,
+               "scripts/build_sequences.py": ("- `python scripts/build_sequences.py --logs DIR --out OUT`: cuts the logs; "
+                                              "writes the train split (about 6 minutes)"),
+               "scripts/guard_vote.py": ("- `python scripts/guard_vote.py --in FILES --min-agree 2 --out OUT`: the three "
+                                         "guards vote (about 8 minutes on 3 GPUs)"),
+               "scripts/score_consistency.sh": ('- consistency = "bash scripts/score_consistency.sh 0,1,2,3" # one shard '
+                                                "per GPU id of the comma list (about 25 minutes on 4 GPUs)")}
+    facts = FACTS.model_copy(update={"scripts": scripts})
+    for cmd, want in (("python scripts/build_sequences.py --logs data/logs --out outputs/seqs", []),
+                      ("python scripts/guard_vote.py --in a.jsonl --min-agree 2 --out outputs/g.jsonl", []),
+                      ("bash scripts/score_consistency.sh 0,1", [0]), ("bash scripts/score_consistency.sh 0,1,2,3,4,5,6,7", [])):
+        assert list(drops(traj(bg(cmd, "j"), desc=DESC, facts=facts), "resource_waste")) == want, cmd

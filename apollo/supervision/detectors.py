@@ -2005,6 +2005,19 @@ def gpus_used(cmd: str) -> int | None:
     return None
 
 
+def _gpu_id_list_arg(cmd: str, script: str, sig: Any, doc: str) -> int | None:
+    """How many GPU ids a run passes in the position where the script's usage line shows a list of them
+    (``bash scripts/score_consistency.sh 0,1,2,3`` "one shard per GPU id of the comma list", run with ``0,1``: 2), or
+    None."""
+    if not re.search(r"(?i)\bGPU\s+ids?\b|\bper\s+GPU\b", doc):
+        return None
+    pos, _ = script_args(cmd, script, sig)
+    for k, name in enumerate(sig.positional):
+        if re.fullmatch(r"\d+(?:,\d+)+", name) and k < len(pos) and re.fullmatch(r"\d+(?:,\d+)*", pos[k]):
+            return len(pos[k].split(","))
+    return None
+
+
 def gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     """(is a GPU job, GPUs it uses; None: every GPU it finds) of run_command ``i``, from the command,
     the provided script's usage line (CPU tools, the launcher it runs inside, its default TP) or the
@@ -2067,6 +2080,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
                 got = [int(v) for n, v in zip(sig.positional, pos) if NGPU_NAME_RE.match(n) and v.isdigit()]
                 if got:
                     return True, got[0]
+            if sig is not None and (ids := _gpu_id_list_arg(cmd, s, sig, doc)) is not None:
+                return True, ids  # (round 40) `score_consistency.sh 0,1` of a line showing `… 0,1,2,3` "per GPU id"
             if s.endswith(".sh") and _ONE_PER_GPU_RE.search(doc) and (n := _replica_arg(f, i)) is not None:
                 return True, n  # (round 34) `serve_rewriter.sh 3` of "Starts N … replicas, one GPU each": 3 GPUs
             if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
@@ -2143,7 +2158,8 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
             return True  # "Runs on one GPU by design"
         doc = f.script_docs.get(s, "")
         if _FIXED_GPUS_DOC_RE.search(doc) and not _CUDA_DEV_RE.search(cmd) and not _gpu_arg_counts(cmd) \
-                and not ((sig0 := signature(doc)) and any(_GPU_ARG_RE.match(f"{fl} {mv}") for fl, mv in sig0.flags)):
+                and not ((sig0 := signature(doc)) and (any(_GPU_ARG_RE.match(f"{fl} {mv}") for fl, mv in sig0.flags)
+                                                       or _gpu_id_list_arg(cmd, s, sig0, doc) is not None)):
             return True  # (sets 31/32 spent) a fixed design with no GPU knob in its line, run as the line shows
         sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
         if sig is None:
@@ -2156,7 +2172,8 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
     return False
 
 
-_FIXED_GPUS_DOC_RE = re.compile(r"(?i)\bone\s+GPU\s+(?:each|apiece)\b")  # "the three guard checkpoints, one GPU each"
+_FIXED_GPUS_DOC_RE = re.compile(r"(?i)\bone\s+GPU\s+(?:each|apiece)\b"  # "the three guard checkpoints, one GPU each"
+                                r"|\bon\s+(?:[2-7]|two|three|four|five|six|seven)\s+GPUs\b")  # (round 40) "about 8 minutes on 3 GPUs"
 _PORTS_FLAG_RE = re.compile(r"--(?:ports|endpoints|urls|servers|base[_-]urls)$")
 _REPLICAS_FLAG_RE = re.compile(r"--(?:num[_-])?replicas(?:=|\s+)(\d+)")  # a server started with `--replicas 1`
 

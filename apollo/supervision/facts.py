@@ -336,7 +336,9 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
 _CAT_ONE_RE = re.compile(r"^\s*cat\s+([\w./-]+\.(?:ya?ml|json|toml|cfg|ini|py|sh|txt))\s*$")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
-                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])|\bverl\b")
+                        r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])"
+                        r"(?!\s+(?:split|set|file|portion|part|rows|students|examples)\b)|\bverl\b")  # (round 40: "writes the
+# train split" is no training)
 
 
 # (set 32's spent test split) a step run through a provided dispatcher: `sh init.d/numrep check`, `julia -e
@@ -443,8 +445,9 @@ def signature(doc: str) -> Signature | None:
             pos.append(t)
         elif re.match(r"^<[\w./-]+>$", t):  # "<data.jsonl> <out_dir>": a placeholder, named by its text
             pos.append(t[1:-1].split(".", 1)[0].upper().replace("-", "_"))
-        elif re.match(r"^[\w./-]+$", t) and not t.startswith("...") and not flags:
-            pos.append(t)  # a literal argument ("configs/grpo.yaml OUT"): it takes a position all the same
+        elif (re.match(r"^[\w./-]+$", t) or re.match(r"^\d+(?:,\d+)+$", t)) and not t.startswith("...") and not flags:
+            pos.append(t)  # a literal argument ("configs/grpo.yaml OUT", round 40: a GPU id list "0,1,2,3"): it takes a
+            # position all the same
         k += 1
     return Signature(tuple(pos), tuple(flags))
 
@@ -517,7 +520,11 @@ _WORD_VALUE_RE = re.compile(r"[a-z][a-z0-9_-]*")
 # (round 31) an argv list, `args = ["scripts/eval_dev.py", "--ckpt", "outputs/run/final", "--batch-size", "128"]` (a
 # cargo-make task's, a build file's): the items after the script's path are its usage; (round 33) or a call's string
 # arguments, a magefile's `sh.RunV("python", "scripts/x.py", "--in", "data/a.jsonl")`
-_ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["'](?:\s*,\s*["'][^"'\n]*["'])*)\s*,?\s*[\])]""")
+_ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["'](?:\s*,\s*["'][^"'\n]*["'])*)\s*,?\s*[\])]"""
+                           # (round 40) a Zig `&.{ "python", "scripts/x.py", "--inflight", inflight }`: a bare name is
+                           # the variable the step fills in
+                           r"""|\.\{\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["']"""
+                           r"""(?:\s*,\s*(?:["'][^"'\n]*["']|[a-z_][a-z0-9_]*))*)\s*,?\s*\}""")
 
 
 _FLOW_ARGV_RE = re.compile(r"\[\s*((?:[^\[\]\n,]*,\s*)*[\"']?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)[\"']?(?:\s*,\s*[^\[\]\n,]*)*)\s*\]")
@@ -544,7 +551,11 @@ def _argv_usage(doc: str) -> str | None:
         items = [x.strip().strip("\"'") for x in m.group(1).split(",")]
         at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
         return " ".join(x for x in items[at + 1:] if x)
-    items = re.findall(r"""["']([^"'\n]*)["']""", m.group(1))
+    if m.group(1) is None:
+        items = [x.upper() if not x.startswith(("'", '"')) else x[1:-1]
+                 for x in re.findall(r"""["'][^"'\n]*["']|[a-z_][a-z0-9_]*""", m.group(2))]
+    else:
+        items = re.findall(r"""["']([^"'\n]*)["']""", m.group(1))
     at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
     return " ".join(items[at + 1:])
 
