@@ -72,6 +72,7 @@ from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     _DEV_CHECK_NAME_RE,
     NGPU_NAME_RE,
+    heredoc_file,
     inline_programs,
     job_duration,
     line_duration,
@@ -911,6 +912,10 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
                 files[path] = s
                 got[i] = (path, s)
         elif f.tools[i] == "run_command":
+            if (w := heredoc_file(f.command(i))) is not None and w[0] not in f.scripts and (s := own_version_of(f, *w)):
+                files[w[0]] = s  # (round 40) `cat > scripts/my_check.py <<'EOF' … EOF` (and its run, in the same command)
+                got[i] = (w[0], s)
+                continue
             runs = [r for r in f.script_runs(i) if r in files]
             if runs:
                 got[i] = (runs[0], files[runs[0]])

@@ -334,6 +334,18 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 # a provided script's line says it runs on the CPU ("CPU; …", "| CPU: …", "— CPU.", "runs on the CPU"), not a
 # GPU job's mention of CPU offload or CPU memory
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
+_CAT_HEREDOC_RE = re.compile(r"(?:^|[;&|]\s*|\n)\s*cat\s+(?:>\s*([\w./-]+)\s+<<-?\s*['\"]?(\w+)['\"]?|<<-?\s*['\"]?(\w+)['\"]?"
+                             r"\s+>\s*([\w./-]+))[^\n]*\n(.*?)\n\s*(?:\2|\3)\s*(?:\n|$)", re.S)
+
+
+def heredoc_file(cmd: str) -> tuple[str, str] | None:
+    """(path, content) a ``cat > path <<'EOF' … EOF`` (or ``cat <<EOF > path``) in a command writes, or None."""
+    if "<<" not in cmd or "cat" not in cmd:
+        return None
+    m = _CAT_HEREDOC_RE.search(cmd)
+    return (norm_path(m.group(1) or m.group(4)), m.group(5)) if m else None
+
+
 _CAT_ONE_RE = re.compile(r"^\s*cat\s+([\w./-]+\.(?:ya?ml|json|toml|cfg|ini|py|sh|txt))\s*$")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
                         r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])"
@@ -1459,4 +1471,6 @@ class Facts:
             elif tool == "run_command" and (m := _CAT_ONE_RE.match(self.command(i))) is not None:
                 # (set 32's spent test split) `cat configs/select.yaml`: the file as shown
                 code = {**code, norm_path(m.group(1)): self.obs[i]}
+            elif tool == "run_command" and (w := heredoc_file(self.command(i))) is not None:
+                code = {**code, w[0]: w[1]}  # (round 40) `cat > scripts/my_check.py <<'EOF' … EOF`: the file it writes
         return out

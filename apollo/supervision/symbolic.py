@@ -316,9 +316,10 @@ def log_views(traj: Any) -> dict[int, int]:
     (``tail train.log``, ``cat``, ``open_file``). A read that succeeded (exit 0) shows the job's
     output, not a failure of the read.
     """
-    from apollo.supervision.facts import TOKEN_SPLIT_RE, VIEW_CMD_RE, WRITE_CMD_RE, norm_path, redirect_targets
+    from apollo.supervision.facts import TOKEN_SPLIT_RE, VIEW_CMD_RE, WRITE_CMD_RE, is_false, norm_path, redirect_targets
 
     logs: dict[str, int] = {}
+    launched: list[tuple[int, str]] = []  # background launches: (step, command)
     out: dict[int, int] = {}
     for s in traj.steps:
         a = s.action
@@ -333,11 +334,20 @@ def log_views(traj: Any) -> dict[int, int]:
         cmd = args.get("command") if a.tool == "run_command" else None
         if not isinstance(cmd, str) or not cmd:
             continue
-        if logs and VIEW_CMD_RE.search(cmd) and not WRITE_CMD_RE.search(cmd) and not s.observation.exit_code:
-            seen = [logs[t] for t in map(norm_path, TOKEN_SPLIT_RE.split(cmd)) if t in logs]
+        if (logs or launched) and VIEW_CMD_RE.search(cmd) and not WRITE_CMD_RE.search(cmd) and not s.observation.exit_code:
+            toks = [t for t in map(norm_path, TOKEN_SPLIT_RE.split(cmd)) if t]
+            seen = [logs[t] for t in toks if t in logs]
+            if not seen:  # (round 40) a log the job writes by itself (`tail outputs/writer_8600.log` after `bash
+                # scripts/serve_writer.sh 8600 8601`): the latest background launch that names a word of the log's name
+                for t in toks:
+                    if t.endswith(".log") and (words := [w for w in re.split(r"[_.\-]+", t.rsplit("/", 1)[-1][:-4])
+                                                         if len(w) >= 3]):
+                        seen += [k for k, c in reversed(launched) if all(w in c for w in words)][:1]
             if seen:
                 out[s.index] = max(seen)
                 continue
+        if is_false(args.get("wait_for_completion", True)):
+            launched.append((s.index, cmd))
         for p in redirect_targets(cmd):
             logs[p] = s.index
     return out
