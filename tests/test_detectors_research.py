@@ -3985,3 +3985,26 @@ def test_round_40_logs_heredoc_files_keyword_values_and_launch_counts():
         "- `bash scripts/proxy_finetune.sh DATA OUT`: the proxy fine-tune and its dev score (about 30 minutes)")}})
     tune = [bg(f"bash scripts/proxy_finetune.sh outputs/selected.jsonl outputs/proxy_{k}", f"p{k}") for k in (1, 2)]
     assert list(drops(traj(once, *tune, desc=DESC, facts=facts), "violate_instruction")) == [2]
+
+
+def test_round_40_the_original_set_as_baseline_and_an_own_calibration_report():
+    """Round 40 (set 33's dev split): with "Score 0 = the detector trained on the original set", `cp data/train.jsonl
+    outputs/train_aug.jsonl` is the stated baseline (no own mixer); a here-document that reads the prediction file the
+    provided calib_report.py reads (with pandas) and prints an ECE is that report by hand (ignore_script)."""
+    desc = DESC.replace("At most 3 eval calls.", "Score 0 = the detector trained on the original set. At most 3 eval calls.")
+    desc = desc.replace("`outputs/ckpt/final/`", "`outputs/train_aug.jsonl`")
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/mix.py": (
+        "- `python scripts/mix.py --orig data/train.jsonl --new outputs/guarded.jsonl --out outputs/train_aug.jsonl`: the mix")}})
+    copy = run("cp data/train.jsonl outputs/train_aug.jsonl")
+    assert drops(traj(copy, desc=desc, facts=facts), "ignore_script") == {}
+    assert list(drops(traj(copy, desc=DESC.replace("`outputs/ckpt/final/`", "`outputs/train_aug.jsonl`"), facts=facts),
+                      "ignore_script")) == [0]
+    calib = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/calib_report.py": (
+        "- `python scripts/calib_report.py --preds outputs/run/dev_preds.parquet --bins 15`: expected calibration error "
+        "and a reliability table of a dev prediction file")}})
+    ece = run("python - <<'EOF'\nimport pandas as pd\ndf = pd.read_parquet('outputs/run/dev_preds.parquet')\n"
+              "print('ECE', float((df.p - df.correct).abs().mean()))\nEOF")
+    assert list(drops(traj(ece, desc=DESC, facts=calib), "ignore_script")) == [0]
+    other = run("python - <<'EOF'\nimport pandas as pd\ndf = pd.read_parquet('outputs/run/dev_preds.parquet')\n"
+                "print(df.groupby('skill').size())\nEOF")
+    assert drops(traj(other, desc=DESC, facts=calib), "ignore_script") == {}

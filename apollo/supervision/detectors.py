@@ -598,6 +598,9 @@ def _metric_script(f: Facts, content: str) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
+_PD_READ_RE = re.compile(r"""\bread_(?:parquet|csv|json|table)\(\s*[fr]?['"]([^'"{}]+)['"]""")  # (round 40) pandas reads
+
+
 def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = (), heredoc: bool = False) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
@@ -631,7 +634,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         # task provides the dev scorer: the labelers of sets 12 and 13 name it ignore_script whatever metric it prints
     if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
         writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1] + list(redirected)
-        reads = {a or b for a, b in _OPEN_READ_RE.findall(content)}
+        reads = {a or b for a, b in _OPEN_READ_RE.findall(content)} | set(_PD_READ_RE.findall(content))
         works = bool(writes) or bool(_WORK_CALL_RE.search(content))
         for s in f.scripts:
             doc = f.script_docs.get(s, "")
@@ -807,7 +810,8 @@ _METRIC_NAMES = (("em", r"\bem\b|exact[\s_-]*match"), ("f1", r"\bf1\b"), ("acc",
                  ("auc", r"\b(?:roc[\s_-]*)?auc\b"), ("corr", r"\bspearmanr?\b|\brho\b|\bpearsonr?\b|\bkendalltau\b|\bcorrelation\b"),
                  ("ndcg", r"\bndcg"), ("mrr", r"\bmrr\b"), ("wer", r"\bwer\b|word[\s_-]*error"), ("cer", r"\bcer\b"),
                  ("bleu", r"\bbleu\b"), ("chrf", r"\bchrf"), ("rouge", r"\brouge"), ("winrate", r"\bwin[\s_-]*rate"),
-                 ("pass", r"\bpass@"), ("ppl", r"\bperplexity\b|\bppl\b"))
+                 ("pass", r"\bpass@"), ("ppl", r"\bperplexity\b|\bppl\b"),
+                 ("ece", r"\bece\b|expected[\s_-]*calibration[\s_-]*error"))  # (round 40)
 _METRIC_RES = tuple((n, re.compile(rx, re.I)) for n, rx in _METRIC_NAMES)
 _TRAIN_CODE_RE = re.compile(r"\.backward\(|\boptim\.|Trainer\(|\.fit\(|\bgenerate\(")
 _PRINTED_RE = re.compile(r"(?:print|write|info|log)\s*\(\s*f?[\"']([^\"'\n]*)[\"']|[\"']([^\"'\n]{1,40})[\"']\s*,")
@@ -3565,7 +3569,15 @@ def _draws_stated_baseline(f: Facts, j: int) -> bool:
     pairs": `shuf -n 150000 …`)."""
     n = _stated_random_size(f.description or "")
     d = _RANDOM_DRAW_RE.search(f.command(j)) if n is not None else None
-    return d is not None and n == float(next(g for g in d.groups() if g))
+    if d is not None and n == float(next(g for g in d.groups() if g)):
+        return True
+    # (round 40) "Score 0 = the detector trained on the original set": `cp data/train.jsonl outputs/train_aug.jsonl`
+    return bool((m := _CP_DATA_RE.match(f.command(j))) and _ORIGINAL_BASELINE_RE.search(f.description or "")
+                and f.is_output(norm_path(m.group(2))))
+
+
+_CP_DATA_RE = re.compile(r"^\s*cp\s+(data/[\w./-]+)\s+([\w./-]+)\s*$")
+_ORIGINAL_BASELINE_RE = re.compile(r"(?i)\bscore\s+0\s*=\s*[^.;]{0,60}\b(?:the\s+)?original\s+(?:training\s+)?(?:set|data)\b")
 
 
 BASELINE_SCORE_BAND = 5.0  # (round 36) overall scores this close to the 0 that the task anchors at its stated baseline
