@@ -4008,3 +4008,25 @@ def test_round_40_the_original_set_as_baseline_and_an_own_calibration_report():
     other = run("python - <<'EOF'\nimport pandas as pd\ndf = pd.read_parquet('outputs/run/dev_preds.parquet')\n"
                 "print(df.groupby('skill').size())\nEOF")
     assert drops(traj(other, desc=DESC, facts=calib), "ignore_script") == {}
+
+
+def test_spent_split_33_dispatcher_parameters_and_a_kept_count():
+    """From blind_research33's spent test split: `tclsh pipeline.tcl write 4 0.7` runs the `proc write {{inflight 64}
+    {temp 0.7}}` call with `$inflight` = 4 (Tcl's `>@ stdout` dropped), its defaults where no argument is given; an
+    Octave `pipeline('serve')` runs the call under `case 'serve'` without the string's closing `');`; "kept 36000 of 46902
+    -> outputs/sft.jsonl" reports 36,000 written."""
+    from apollo.supervision.facts import _dispatch
+    from apollo.supervision.instructions import _reported_count
+
+    desc = DESC.replace("## Evaluation", (
+        "## Scripts\n```tcl\n# Writes the items (about 30 minutes at 64)\nproc write {{inflight 64} {temp 0.7}} {\n"
+        "    exec python scripts/write_items.py --inflight $inflight --temperature $temp --out outputs/w.jsonl >@ stdout\n}\n"
+        "```\n```octave\nswitch step\n  case 'serve'\n    system('bash scripts/serve_judge.sh 8500 8501');\nend\n```\n"
+        "## Evaluation"))
+    assert _dispatch(desc, "tclsh pipeline.tcl write 4 0.5") == ("python scripts/write_items.py --inflight 4 --temperature 0.5 "
+                                                                 "--out outputs/w.jsonl")
+    assert _dispatch(desc, "tclsh pipeline.tcl write") == ("python scripts/write_items.py --inflight 64 --temperature 0.7 "
+                                                           "--out outputs/w.jsonl")
+    assert _dispatch(desc, "octave --eval \"pipeline('serve')\"") == "bash scripts/serve_judge.sh 8500 8501"
+    assert _reported_count("kept 36000 of 46902 -> outputs/sft.jsonl\n", "outputs/sft.jsonl") == 36000
+    assert _reported_count("46902 items -> outputs/sft.jsonl\n", "outputs/sft.jsonl") == 46902

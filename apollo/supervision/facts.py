@@ -356,6 +356,7 @@ GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bd
 # (set 32's spent test split) a step run through a provided dispatcher: `sh init.d/numrep check`, `julia -e
 # 'include("jobs.jl"); corr()'`, `rake write`, `fab serve`, `./run.sh check`
 _RUNNER_RE = re.compile(r"^\s*(?:(?:sh|bash|julia|rake|fab|invoke|inv|task|npm\s+run|yarn|pnpm|poe|nox\s+-s|tox\s+-e|doit|gradle|"
+                        r"tclsh|Rscript|octave|zig\s+build|pipenv\s+run|bb|jake|perl|ruby|node|lua|"
                         r"\.?/?gradlew|pixi\s+run|hatch\s+run|mise\s+run|earthly|snakemake|condor_submit|kubectl|argo|"
                         r"docker\s+compose\s+run)\s|\./[\w.-]+\s)")
 _DISPATCH_STOP = frozenset({"sh", "bash", "run", "exec", "start", "submit", "create", "apply", "include", "using", "compose",
@@ -375,15 +376,41 @@ def _dispatch(description: str, cmd: str) -> str:
         return cmd
     words = [w for w in re.findall(r"(?<![\w./-])([A-Za-z_][\w-]{2,})(?![\w./-])", cmd.split(None, 1)[1] if " " in cmd else "")
              if w.lower() not in _DISPATCH_STOP]
+    toks = cmd.split()
     for w in reversed(words):
-        lab = re.compile(rf"(?m)(?:^\s*|[\s\"'(\[:])(?:def\s+|function\s+|task\s+:?)?{re.escape(w)}(?:\)|:|\"|'|\(\)|\]|\s*=|\s+do\b)")
+        lab = re.compile(rf"(?m)(?:^\s*|[\s\"'(\[:])(?:def\s+|function\s+|task\s+:?|proc\s+)?{re.escape(w)}"
+                         rf"(?:\)|:|\"|'|\(\)|\]|\s*=|\s+do\b|(?=\s*\{{|\())")
         for m in lab.finditer(body):
             rest = body[m.end():m.end() + 800]
             call = re.search(r"(?m)((?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|accelerate\s+launch|deepspeed)\s+"
                              r"(?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\b[^\n#\"]*)", rest)
             if call is not None and not re.search(r"(?m)^\s*[\w-]+\)\s*$", rest[:call.start()]):
-                return call.group(1).strip()
+                args = toks[toks.index(w) + 1:] if w in toks else []
+                text = _CALL_TAIL_RE.sub("", call.group(1).strip())  # (Tcl's `>@ stdout`, a string's closing `');`)
+                return _fill_params(text, rest[:call.start()], [a for a in args if not a.startswith("-")])
     return cmd
+
+
+_CALL_TAIL_RE = re.compile(r"\s*(?:2?>@\s*\w+\s*)+$|['`]\s*\)?\s*[;,]?\s*$")
+
+
+def _fill_params(call: str, head: str, args: list[str]) -> str:
+    """(spent test split of set 33) ``call`` with the step's parameters filled in: a Tcl ``proc write {{inflight 64}
+    {temp 0.7}}`` or a ``def write(inflight=64, temp=0.7)`` takes the dispatcher call's arguments in order (``tclsh
+    pipeline.tcl write 4 0.7``: ``$inflight`` is 4) and its defaults for the rest; ``$1``… are the arguments too."""
+    names: list[tuple[str, str | None]] = []
+    if (tcl := re.match(r"\s*\{((?:\{[^{}]*\}|[^{}])*)\}", head)) is not None:
+        names = [(a or b, c or None) for a, c, b in re.findall(r"\{(\w+)(?:\s+([^{}]*))?\}|(\w+)", tcl.group(1))]
+    elif (py := re.match(r"\s*\(([^()]*)\)", head)) is not None:
+        names = [(p.split("=")[0].strip(), p.split("=", 1)[1].strip().strip("\"'") if "=" in p else None)
+                 for p in py.group(1).split(",") if p.strip()]
+    for k, (name, default) in enumerate(names):
+        v = args[k] if k < len(args) else default
+        if v is not None and re.fullmatch(r"[A-Za-z_]\w*", name):
+            call = re.sub(rf"\$\{{?{name}\}}?(?!\w)", v.replace("\\", r"\\"), call)
+    for k, v in enumerate(args[:9], 1):
+        call = call.replace(f"${k}", v)
+    return call
 
 
 @dataclass(frozen=True)

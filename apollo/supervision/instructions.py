@@ -1971,6 +1971,8 @@ def _reported_count(text: str, path: str, unit: str = "") -> int | None:
             m = re.search(rf"(?<![\w./])(\d[\d,]*)(?:/\d[\d,]*)?\s+(?:\w+\s+)?{re.escape(unit.rstrip('s'))}s?\b", line[:cut])
             if m:
                 return int(m.group(1).replace(",", ""))
+        if (kept := _KEPT_OF_RE.search(line[:cut])) is not None:  # "kept 36000 of 46902 -> out": what it kept
+            return int(kept.group(1).replace(",", ""))
         nums = _COUNT_TOKEN_RE.findall(line[:cut])
         if nums:
             return int(nums[-1].replace(",", ""))
@@ -1979,6 +1981,7 @@ def _reported_count(text: str, path: str, unit: str = "") -> int | None:
     return int(ms[-1].replace(",", "")) if len(ms) == 1 else None
 
 
+_KEPT_OF_RE = re.compile(r"(?i)\b(?:kept|wrote|selected|saved|written)\s*:?\s+(\d[\d,]*)\s*(?:of|/)\s*\d")
 _KEPT_RE = re.compile(r"(?im)^\s*(?:kept|wrote|selected|saved|written)\s*:?\s+(\d[\d,]*)\b")
 
 
