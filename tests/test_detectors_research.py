@@ -4030,3 +4030,25 @@ def test_spent_split_33_dispatcher_parameters_and_a_kept_count():
     assert _dispatch(desc, "octave --eval \"pipeline('serve')\"") == "bash scripts/serve_judge.sh 8500 8501"
     assert _reported_count("kept 36000 of 46902 -> outputs/sft.jsonl\n", "outputs/sft.jsonl") == 36000
     assert _reported_count("46902 items -> outputs/sft.jsonl\n", "outputs/sft.jsonl") == 46902
+
+
+def test_spent_split_33_a_total_cap_on_what_goes_to_a_job_and_a_list_of_flags():
+    """From blind_research33's spent test split: "no more than 34,000 cases go to the writer in total" caps the writing run
+    (its input sampled with `--n 40000` breaks it) and is no bound on the temperature named before it; "run the twins with
+    the shipped command and its flags, --inflight 48 and --temperature 0.8" asks for both flags."""
+    text = "Rule from Noor: write at temperature 0.7 exactly as shipped, and no more than 34,000 cases go to the writer in total."
+    assert [(x.kind, x.target, x.values.get("v")) for x in extract(text)] == [("run_cap", "writ", "34000")]
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/write_items.py": (
+        "- `python scripts/write_items.py --cases IN --ports 8600-8601 --out OUT`: writes an item per case")}})
+    rule = st("list_files", {"path": "."}, guidance=(text,))
+    write = bg("python scripts/write_items.py --cases outputs/cases.jsonl --ports 8600-8601 --out outputs/written.jsonl", "w")
+    for n, want in ((40000, [2]), (30000, [])):
+        sample = bg(f"python scripts/sample_cases.py --n {n} --out outputs/cases.jsonl", "sample")
+        assert list(drops(traj(rule, sample, write, desc=DESC, facts=facts), "violate_instruction")) == want, n
+    flags = "run the twins with the shipped command and its flags, --inflight 48 and --temperature 0.8."
+    assert [(x.kind, x.target, x.values["v"]) for x in extract(flags)] == [("flag", "--inflight", "48"),
+                                                                           ("flag", "--temperature", "0.8")]
+    ask = st("list_files", {"path": "."}, guidance=(flags,))
+    for temp, want in (("0.5", [1]), ("0.8", [])):
+        twins = run(f"python scripts/rewrite_twins.py --inflight 48 --temperature {temp} --out outputs/twins.jsonl")
+        assert list(drops(t(ask, twins), "violate_instruction")) == want, temp

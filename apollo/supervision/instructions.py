@@ -185,7 +185,10 @@ PER_UNIT_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(
                              r"([a-z]{3,})\s+(?:at\s+most|or\s+(?:fewer|less|below))\b")
 # (set 31's spent test split) "at most 40,000 cases per writing run": a cap on what one run of the named job takes in
 RUN_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+"
-                        r"([a-z]{3,})\s+(?:per|in\s+(?:a|any|each|one))\s+(?:single\s+)?([a-z]{4,})\s+(?:run|job|pass)\b")
+                        r"([a-z]{3,})\s+(?:per|in\s+(?:a|any|each|one))\s+(?:single\s+)?([a-z]{4,})\s+(?:run|job|pass)\b"
+                        # (set 33's spent test split) "no more than 34,000 cases go to the writer in total"
+                        r"|\b(?:at\s+most|no\s+more\s+than|up\s+to)\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+([a-z]{3,})\s+"
+                        r"(?:go|goes|are\s+sent|get\s+sent)\s+to\s+the\s+([a-z]{4,})\b")
 _LIMIT_FLAG_RE = re.compile(r"--(?:limit|max[_-]?(?:items|cases|rows|examples|samples|n)|num[_-]?(?:items|cases|samples)|n)(?:=|\s+)"
                             r"(\d[\d_,]*k?)\b")
 # (round 40) "one proxy fine-tune at most in this session", "at most one proxy fine-tune", "no more than two dev runs
@@ -346,6 +349,7 @@ EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only
                         r"(?P<v>-?\d[\d.]*%?)")
 _METRIC_STOP = {"its", "the", "your", "their", "that", "this", "dev", "rate", "score", "new", "checkpoint"}
 FLAG_USE_RE = re.compile(r"(?i)\b(?:use|pass|set|with|(?:runs?|go(?:es)?)\s+(?:at|with))\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
+FLAG_LIST_RE = re.compile(r"(?i)\b(?:use|pass|set|with|flags?)[,:]?\s+((?:--[\w-]+[= ]+[^\s,;]+(?:\s*,\s*|\s+and\s+)?){2,})")
 # "gen_targets: --dp 4 and --max_tokens 512 please": a script named, then the flags it is to run with
 SCRIPT_FLAGS_RE = re.compile(r"^\W*`?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`?\s*[:\u2014-]\s*((?:--[\w-]+[= ]+[^\s,;]+[\s,;]*(?:and\s+|&\s+)?)+)")
 _UNITS = (r"examples|rows|pairs|samples|records|items|questions|lines|instances|dialogues|dialogs|conversations|"
@@ -1089,6 +1093,13 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 tail = sent[m.end():]
                 sm = re.match(r"\s+(?:in|for|with|of)\s+(?:python\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", tail)
                 out.append(d("flag", m.group(1), {"v": m.group(2), "script": sm.group(1) if sm else ""}))
+            if "--" in sent and (ml := FLAG_LIST_RE.search(sent)) is not None:
+                # (set 33's spent test split) "run the twins with the shipped command and its flags, --inflight 48 and
+                # --temperature 0.8": every flag of the list
+                have = {x.target for x in out if x.kind == "flag" and x.text == sent}
+                for fl, v in FLAG_RE.findall(ml.group(1)):
+                    if v and fl not in have and v.lower().strip("'\"`") not in _NOT_VALUES:
+                        out.append(d("flag", fl, {"v": v.rstrip(".,;)"), "script": ""}))
         for m in COUNT_AT_RE.finditer(sent):
             if not COUNT_RE.search(sent):
                 out.append(d("count", m.group(1), {"op": "ge" if m.group(3).lower() == "more" else "le", "v": m.group(2)}))
@@ -1294,13 +1305,13 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         res.append(d("bound", rf"(?i)(?:^|[_.-])(?:max_?)?{noun}s?(?:_per_{unit}s?)?(?:_?(?:cap|max|limit))?$"
                                rf"|(?:^|[_.-])(?:max_?)?(?:{noun}s?_)?per_{unit}s?(?:_?(?:cap|max|limit))?$",
                      {"op": "le", "v": str(n), "match": "regex", "topic": f"{noun} per {unit}"}))
-    if " per " in sent or " in " in sent:
+    if " per " in sent or " in " in sent or " to the " in sent:
         for mr in RUN_CAP_RE.finditer(sent):
-            v = mr.group(1).lower().replace(",", "")
+            v = (mr.group(1) or mr.group(4)).lower().replace(",", "")
             v = str(int(v[:-1]) * 1000) if v.endswith("k") else v
-            stem = re.sub(r"(?:ing|ers?|s)$", "", mr.group(3).lower())
+            stem = re.sub(r"(?:ing|ers?|s)$", "", (mr.group(3) or mr.group(6)).lower())
             if len(stem) >= 3:
-                res.append(d("run_cap", stem, {"v": v, "noun": mr.group(2).lower()}))
+                res.append(d("run_cap", stem, {"v": v, "noun": (mr.group(2) or mr.group(5)).lower()}))
     if (mc := RUN_COUNT_RE.search(sent)) is not None and (n := _cap_count(mc.group(1) or mc.group(3))) is not None:
         words = [w for w in re.split(r"[\s-]+", (mc.group(2) or mc.group(4)).lower()) if w]
         noun = "".join(w for w in words if not re.fullmatch(_RUN_WORD, w) or w.startswith(("fine", "train")))
@@ -2021,6 +2032,10 @@ def _stated_rows(f: Facts, i: int, path: str, noun: str) -> int | None:
     for j in range(i - 1, -1, -1):
         if path.rsplit("/", 1)[-1] in f.obs[j] and (m := rx.search(f.obs[j])) is not None:
             return int((m.group(1) or m.group(2)).replace(",", ""))
+    for j in range(i - 1, -1, -1):  # (set 33's spent test split) or the count the run that wrote it asked for (`--n 40000`)
+        if f.tools[j] == "run_command" and f.oks[j] and path in f.written_paths(j) \
+                and (m := re.search(r"--(?:n|num[_-]?\w*|count)(?:=|\s+)(\d+)\b", f.command(j))) is not None:
+            return int(m.group(1))
     return None
 
 
@@ -2754,7 +2769,7 @@ _G_EQ_CUE_RE = re.compile(r"(?i)\b(?:keep|use|set|leave|fix|pin|stick|stay|stays
 _G_ADJ_RE = re.compile(r"(?i)\s*(?:[=:]|at|to|of|is|stays?\s+at|remains?\s+at|fixed\s+at|\()?\s*")
 _G_RANGE_RE = re.compile(r"(?i)\b(?:between|from|in\s+(?:the\s+)?(?:range\s+)?\[?)\s*(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)\s*(?:and|to|-|–|,)\s*"
                          r"(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)\]?")
-_COUNT_UNITS_RE = re.compile(r"(?i)^\s*(?:[\w-]+\s+){0,2}?(?:examples|rows|pairs|samples|records|items|questions|lines|instances|"
+_COUNT_UNITS_RE = re.compile(r"(?i)^\s*(?:[\w-]+\s+){0,2}?(?:examples|rows|pairs|samples|records|items|questions|lines|instances|cases|"
                              r"trajectories|documents|docs|tokens|words|chars|characters|minutes|hours|seconds|gpus?)\b")
 
 
