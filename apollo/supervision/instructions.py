@@ -988,7 +988,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 tail = sent[b:names[k + 1][0] if k + 1 < len(names) else len(sent)]
                 # "with its default --min-kill": a flag left at its default, not one to pass
                 flags = {fm.group(1): ("" if (fm.group(2) or "").lower().strip("'\"`") in _NOT_VALUES else fm.group(2) or "")
-                         for fm in FLAG_RE.finditer(tail) if not _DEFAULT_FLAG_RE.search(tail[:fm.start()])}
+                         for fm in FLAG_RE.finditer(tail) if not _DEFAULT_FLAG_RE.search(tail[:fm.start()])
+                         # (set 33's spent test split) "with its defaults only (no --max-len changes)": kept at its default
+                         and not re.search(r"(?i)\bno\s*$", tail[:fm.start()])}
+                flags.update({fm.group(1): _AT_DEFAULT for fm in FLAG_RE.finditer(tail) if re.search(r"(?i)\bno\s*$", tail[:fm.start()])})
                 if k and (not flags or re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(name)}", sent)):
                     continue  # (a later script without flags of its own: named, not ordered with settings)
                 out.append(d("use_script", norm_path(name), flags))
@@ -1726,6 +1729,8 @@ def _flags_match(cmd: str, values: dict[str, str]) -> bool:
     """Every flag the directive gives a value for is on ``cmd`` with that value."""
     for fl, v in values.items():
         got = _flag_value(cmd, fl)
+        if v == _AT_DEFAULT:
+            continue  # left at its default: judged where the run is (see use_script)
         if v and (got is None or _norm_value(got) != _norm_value(v)):
             return False
     return True
@@ -2397,11 +2402,24 @@ def _named_before(d: Directive, runs: set[str]) -> bool:
     return any(re.sub(r"\.(?:py|sh)$", "", r.rsplit("/", 1)[-1]) in head for r in runs)
 
 
+_AT_DEFAULT = "(default)"  # a use_script flag to be left at its usage line's default ("no --max-len changes")
+
+
+def _usage_default(f: Facts, script: str, flag: str) -> str:
+    """The value ``script``'s usage line shows for ``flag`` ("" where it shows none: any value is a change)."""
+    from apollo.supervision.facts import signature
+
+    sig = signature(f.script_docs.get(script, "")) if f.script_docs.get(script) else None
+    return next((mv for fl, mv in (sig.flags if sig else ()) if fl == flag), "")
+
+
 def _orders_run(d: Directive) -> bool:
     """The directive orders S to be run ("use/run S …"), not only names the tool for a step ("score the
     pool with S", "--concurrency 16 at most with S"): only an order is omitted by running another script first."""
     base = re.escape(d.target.rsplit("/", 1)[-1])
-    return bool(re.search(rf"(?i)\b(?:use|run|execute|call)\s+(?:python3?\s+|bash\s+)?(?:[\w.-]+/)*{base}\b", d.text))
+    m = re.search(rf"(?i)\b(?:use|run|execute|call)\s+(?:python3?\s+|bash\s+)?(?:[\w.-]+/)*{base}\b", d.text)
+    # (set 33's spent test split) "run build_sequences.py with its defaults only": how to run it, not an order to run it first
+    return m is not None and not re.match(r"(?i)\s+with\s+(?:its|the)\s+(?:defaults|default\s+\w+|shipped)\b", d.text[m.end():])
 
 
 def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
@@ -2634,12 +2652,13 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
                 if d.target in runs:
                     attempted.add(key)
                     bad = [(fl, v) for fl, v in d.values.items() if v and (got := _flag_value(f.command(i), fl))
-                           is not None and _norm_value(got) != _norm_value(v)]
+                           is not None and _norm_value(got) != _norm_value(_usage_default(f, d.target, fl) if v == _AT_DEFAULT else v)]
                     missing = [fl for fl, v in d.values.items() if not v and not re.search(
                         rf"(?<![\w-]){re.escape(fl)}(?![\w-])", f.command(i))] if ok else []
                     if bad:
                         fl, v = bad[0]
-                        reason = f"ran {d.target} with another {fl} than the {v} asked for ({d.describe()})"
+                        reason = f"ran {d.target} with another {fl} than the {'default' if v == _AT_DEFAULT else v} asked " \
+                                 f"for ({d.describe()})"
                     elif missing:
                         reason = f"ran {d.target} without {missing[0]}, which it was told to use ({d.describe()})"
                     elif ok and not f.steps[i].observation.exit_code:
