@@ -335,7 +335,7 @@ _OUT_FLAG_RE = re.compile(r"(?i)^--(?:output|out|output[-_]dir|out[-_]dir|save[-
 # GPU job's mention of CPU offload or CPU memory
 CPU_DOC_RE = re.compile(r"\bCPU\b(?![- ]?(?:offload|RAM|memory|threads?|workers?)\b)(?<!\bno CPU)")
 _CAT_HEREDOC_RE = re.compile(r"(?:^|[;&|]\s*|\n)\s*cat\s+(?:>\s*([\w./-]+)\s+<<-?\s*['\"]?(\w+)['\"]?|<<-?\s*['\"]?(\w+)['\"]?"
-                             r"\s+>\s*([\w./-]+))[^\n]*\n(.*?)\n\s*(?:\2|\3)\s*(?:\n|$)", re.S)
+                             r"\s+>\s*([\w./-]+))[^\n]*\n(.*?)\n\s*(?:\2|\3)\s*(?:\n|$)", re.DOTALL)
 
 
 def heredoc_file(cmd: str) -> tuple[str, str] | None:

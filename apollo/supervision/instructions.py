@@ -109,7 +109,7 @@ import os
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -1482,7 +1482,7 @@ def _clock_after(text: str, at: float | None) -> tuple[str, float | None]:
     hh, mm = int(m.group(2)), int(m.group(3))
     if hh >= 24 or mm >= 60:
         return text, None
-    day = datetime.fromtimestamp(at, timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    day = datetime.fromtimestamp(at, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     start = (day + timedelta(hours=hh, minutes=mm)).timestamp()
     return _AFTER_CLOCK_RE.sub(lambda c: f"{c.group(1)} then", text), start + 86400 if start <= at else start
 
@@ -1496,7 +1496,7 @@ def _clock_free(text: str, at: float | None) -> tuple[str, float | None]:
         return text, None
     end = None
     if at:
-        day = datetime.fromtimestamp(at, timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        day = datetime.fromtimestamp(at, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         hh, mm = (12, 0) if m.group(4) else (int(m.group(2)), int(m.group(3)))
         if hh < 24 and mm < 60:
             end = (day + timedelta(hours=hh, minutes=mm)).timestamp()

@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 
 from apollo.env.tools import call_failed
-from apollo.supervision.gates import Gated
 from apollo.schema import MaskDecision, Step
+from apollo.supervision.gates import Gated
 
 DEFAULT_RULES = Path(__file__).with_name("rules.yaml")
 _WHEN = {"action_invalid", "refused", "pattern", "json_edit"}
@@ -316,7 +316,14 @@ def log_views(traj: Any) -> dict[int, int]:
     (``tail train.log``, ``cat``, ``open_file``). A read that succeeded (exit 0) shows the job's
     output, not a failure of the read.
     """
-    from apollo.supervision.facts import TOKEN_SPLIT_RE, VIEW_CMD_RE, WRITE_CMD_RE, is_false, norm_path, redirect_targets
+    from apollo.supervision.facts import (
+        TOKEN_SPLIT_RE,
+        VIEW_CMD_RE,
+        WRITE_CMD_RE,
+        is_false,
+        norm_path,
+        redirect_targets,
+    )
 
     logs: dict[str, int] = {}
     launched: list[tuple[int, str]] = []  # background launches: (step, command)
