@@ -338,6 +338,18 @@ _CAT_HEREDOC_RE = re.compile(r"(?:^|[;&|]\s*|\n)\s*cat\s+(?:>\s*([\w./-]+)\s+<<-
                              r"\s+>\s*([\w./-]+))[^\n]*\n(.*?)\n\s*(?:\2|\3)\s*(?:\n|$)", re.DOTALL)
 
 
+def _comment_only(path: str, content: Any) -> bool:
+    """(set 33's spent test split) An edit of a Python file whose new lines are only comments, blank lines or a docstring
+    (a module docstring reworded): nothing that runs changes."""
+    if not path.endswith(".py") or not isinstance(content, str) or not content.strip():
+        return False
+    body = [ln for ln in content.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if not body:
+        return True
+    text = "\n".join(ln.strip() for ln in body)
+    return bool(re.fullmatch(r'(?s)(?:[rRbBuU]?"""[^"]*"""|[rRbBuU]?\'\'\'[^\']*\'\'\')', text))
+
+
 def heredoc_file(cmd: str) -> tuple[str, str] | None:
     """(path, content) a ``cat > path <<'EOF' … EOF`` (or ``cat <<EOF > path``) in a command writes, or None."""
     if "<<" not in cmd or "cat" not in cmd:
@@ -1178,7 +1190,9 @@ class Facts:
                 out.append(False)
             elif tool in ("create_file", "edit_file"):
                 path = norm_path(self.args[i].get("path"))  # notes change no result (round 31: a prompt file is no note)
-                out.append(not DOC_RE.search(path) or bool(_PROMPT_DIR_RE.search(path)))
+                out.append((not DOC_RE.search(path) or bool(_PROMPT_DIR_RE.search(path)))
+                           and not (tool == "edit_file" and _comment_only(path, self.args[i].get("content"))
+                                    and _comment_only(path, self._shown_lines(i, path))))
             elif tool == "run_command":
                 cmd = self.command(i)
                 body = _HEREDOC_RE.search(cmd)
@@ -1479,6 +1493,16 @@ class Facts:
         if forced:
             agent.append((self.n, forced[-1].score))
         return agent
+
+    def _shown_lines(self, i: int, path: str) -> str | None:
+        """The lines edit ``i`` replaces, as the last view of ``path`` before it showed them ("12: text"); None when any
+        of them was not shown."""
+        a, b = self.args[i].get("start_line"), self.args[i].get("end_line")
+        text = self.known_code[i].get(path)
+        if not isinstance(a, int) or not isinstance(b, int) or b < a or text is None:
+            return None
+        shown = {int(n): line for n, line in re.findall(r"(?m)^\s*(\d+): ?(.*)$", text)}
+        return "\n".join(shown[k] for k in range(a, b + 1)) if all(k in shown for k in range(a, b + 1)) else None
 
     @cached_property
     def known_code(self) -> list[dict[str, str]]:
