@@ -3925,6 +3925,9 @@ def test_a_clean_run_of_an_own_script_is_kept_where_its_creation_carries_the_fau
     assert decisions(make, clean) == [(False, "inefficient_inference"), (True, None)]
     assert decisions(make, clean, keep_runs=False) == [(False, "inefficient_inference"), (False, "inefficient_inference")]
     assert decisions(make, broken)[1] == (False, "runtime_error")
+    here = run(f"cat > tools/dev_hf.py <<'EOF'\n{code}EOF")  # written by a here-document: the same
+    got = decisions(here, clean)
+    assert got[0][0] is False and got[1] == (True, None), got
     fix = Path(__file__).parent / "fixtures"
     assert load_conventions(fix / "blind_research4" / "labels.jsonl") == {"keep_own_script_runs": False}
     assert load_conventions(fix / "blind_research14" / "labels.jsonl") == {}

@@ -43,7 +43,7 @@ from apollo.supervision.detectors import (
     TaskInfo,
     get_detectors,
 )
-from apollo.supervision.facts import load_task_infos, norm_path
+from apollo.supervision.facts import heredoc_file, load_task_infos, norm_path
 from apollo.supervision.judge import Judge, JudgeConfig, JudgeRequest, candidates, judged_categories
 from apollo.supervision.symbolic import RuleSet, _evidence, background_failures, log_views
 
@@ -152,13 +152,16 @@ def own_runs_kept(per_step: list[list[Finding]], f: Facts) -> None:
     version of a provided script or as one-at-a-time inference (``create_file tools/my_check.py`` flagged, then
     ``python tools/my_check.py``): the fault is the file's, its creation carries it. A run that also breaks something
     else (fails, wastes GPUs, breaks a directive) keeps those findings. This is the labeling protocol of the blind sets
-    from the fourteenth on; the first sets (1-11) also dropped such runs (``keep_own_script_runs: false``)."""
+    from the fourteenth on; the first sets (1-13) also dropped such runs (``keep_own_script_runs: false``)."""
     created: set[str] = set()
     for i in range(f.n):
         tool = f.tools[i]
+        flagged = any(not x.keep and x.category in _OWN_FAULTS for x in per_step[i])
         if tool == "create_file":
-            if any(not x.keep and x.category in _OWN_FAULTS for x in per_step[i]):
+            if flagged:
                 created.add(norm_path(f.args[i].get("path")))
+        elif tool == "run_command" and flagged and (w := heredoc_file(f.command(i))) is not None:
+            created.add(w[0])  # `cat > f <<'EOF' … EOF` (and its first run, in the same step, carries the fault)
         elif tool == "run_command" and created and per_step[i] and not created.isdisjoint(f.script_runs(i)):
             per_step[i] = [x for x in per_step[i] if x.keep or x.category not in _OWN_FAULTS]
 
