@@ -4097,3 +4097,34 @@ def test_spent_split_33_no_copies_of_the_data_in_a_folder():
     for cmd, want in (("cp -r data/pool outputs/pool_copy", [1]), ("cp -r data/pool /tmp/pool_copy", []),
                       ("cp configs/select.yaml outputs/select_backup.yaml", [])):
         assert list(drops(t(rule, run(cmd)), "violate_instruction")) == want, cmd
+
+
+def test_round_41_argv_dispatchers_finite_serving_runs_shards_and_two_subjects():
+    """Round 41 (set 34's dev split): a Perl `train => sub { system('bash', 'scripts/train_spk.sh', shift // 'configs/loss.yaml',
+    'outputs/run') }` runs that call (the step's argument or the default); an Ant `<exec executable="bash">` with `<arg
+    line="scripts/score_coherence.sh SHARD GPU"/>` is a usage, so shards 0 and 1 are two jobs, not a duplicate; a dev run
+    whose line says it serves a checkpoint, writes and prints (about 12 minutes) is no long-lived server; "keep the scale
+    between 20 and 40 and the margin at 0.3 or below" bounds the margin, not the scale; "the guard vote uses --min-agree 3"
+    asks for that flag; "one GPU per guard" is the documented design."""
+    from apollo.supervision.facts import _dispatch
+
+    perl = DESC.replace("## Evaluation", (
+        "## Scripts\n```perl\nmy %steps = (\n    # The fixed recipe (about 70 minutes)\n    train => sub { system('bash', "
+        "'scripts/train_spk.sh', shift // 'configs/loss.yaml', 'outputs/run') },\n);\n```\n## Evaluation"))
+    assert _dispatch(perl, "perl run.pl train") == "bash scripts/train_spk.sh configs/loss.yaml outputs/run"
+    assert _dispatch(perl, "perl run.pl train configs/b.yaml") == "bash scripts/train_spk.sh configs/b.yaml outputs/run"
+    ant = ('description="Step-coherence scores for one of four shards on one GPU (about 35 minutes per shard)"> '
+           '<exec executable="bash"> <arg line="scripts/score_coherence.sh SHARD GPU"/>')
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/score_coherence.sh": ant,
+        "scripts/dev_melody.py": ("- `python scripts/dev_melody.py --ckpt CKPT --port 8900`: serves a checkpoint with vLLM on "
+                                  "port 8900 (one GPU), writes tunes for the dev descriptions and prints the share (about 12 "
+                                  "minutes)")}})
+    shards = [bg(f"bash scripts/score_coherence.sh {k} {k}", f"c{k}") for k in (0, 1)]
+    assert 1 not in drops(traj(*shards, desc=DESC, facts=facts), "resource_waste")
+    dev = bg("python scripts/dev_melody.py --ckpt outputs/grpo/step_300 --port 8900", "dev")
+    assert drops(traj(dev, st("sleep", {"seconds": 720}, "Slept 720 s."), desc=DESC, facts=facts), "resource_waste") == {}
+    two = "keep the scale between 20 and 40 and the margin at 0.3 or below."
+    assert [(x.target, x.values["op"], x.values["v"]) for x in extract(two)] == [
+        ("scale", "ge", "20"), ("scale", "le", "40"), ("margin", "le", "0.3")]
+    assert [(x.kind, x.target, x.values["v"]) for x in extract("for this run the guard vote uses --min-agree 3.")] == [
+        ("flag", "--min-agree", "3")]

@@ -2181,7 +2181,8 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
     return False
 
 
-_FIXED_GPUS_DOC_RE = re.compile(r"(?i)\bone\s+GPU\s+(?:each|apiece)\b"  # "the three guard checkpoints, one GPU each"
+_FIXED_GPUS_DOC_RE = re.compile(r"(?i)\bone\s+GPU\s+(?:each|apiece|per\s+(?:guard|checkpoint|model|classifier))\b"  # "the three
+                                # guard checkpoints, one GPU each"; (round 41) "one GPU per guard"
                                 r"|\bon\s+(?:[2-7]|two|three|four|five|six|seven)\s+GPUs\b")  # (round 40) "about 8 minutes on 3 GPUs"
 _PORTS_FLAG_RE = re.compile(r"--(?:ports|endpoints|urls|servers|base[_-]urls)$")
 _REPLICAS_FLAG_RE = re.compile(r"--(?:num[_-])?replicas(?:=|\s+)(\d+)")  # a server started with `--replicas 1`
@@ -2533,7 +2534,15 @@ def _other_inputs(f: Facts, i: int, j: int) -> bool:
     a, b = ins(i), ins(j)
     si, sj = _shard_indices(f.command(i)), _shard_indices(f.command(j))
     # (round 23) another shard of one split job (`--shard 1 --num-shards 2` beside `--shard 0`): its own part of the input
-    return any(fl in b and b[fl] != v for fl, v in a.items()) or bool(si and sj and not si & sj)
+    if any(fl in b and b[fl] != v for fl, v in a.items()) or bool(si and sj and not si & sj):
+        return True
+    # (round 41) a positional the line names as a shard (`score_coherence.sh SHARD GPU`: `… 1 1` beside `… 0 0`)
+    for s, sig, pos_i, _ in f.script_calls(i):
+        pos_j = next((p for s2, _, p, _ in f.script_calls(j) if s2 == s), None)
+        if pos_j is not None and any(re.search(r"(?i)shard|part|chunk|split", n) and k < len(pos_i) and k < len(pos_j)
+                                     and pos_i[k] != pos_j[k] for k, n in enumerate(sig.positional)):
+            return True
+    return False
 
 
 def _shard_indices(cmd: str) -> set[int] | None:

@@ -350,6 +350,14 @@ def _comment_only(path: str, content: Any) -> bool:
     return bool(re.fullmatch(r'(?s)(?:[rRbBuU]?"""[^"]*"""|[rRbBuU]?\'\'\'[^\']*\'\'\')', text))
 
 
+def _serves_then_ends(doc: str) -> bool:
+    """(round 40) A job that serves a model for itself and ends ("Serves a checkpoint with vLLM on port 8900, writes tunes
+    for the 300 dev descriptions and prints the share …, about 12 minutes"): a timed run that writes or prints, with no
+    word of staying up."""
+    return line_duration(doc) is not None and bool(re.search(r"(?i)\b(?:writes|prints|scores)\b", doc)) and not re.search(
+        r"(?i)\buntil\s+(?:stopped|killed)\b|\bstays?\s+up\b|\blong-lived\b", doc)
+
+
 def heredoc_file(cmd: str) -> tuple[str, str] | None:
     """(path, content) a ``cat > path <<'EOF' … EOF`` (or ``cat <<EOF > path``) in a command writes, or None."""
     if "<<" not in cmd or "cat" not in cmd:
@@ -361,14 +369,15 @@ def heredoc_file(cmd: str) -> tuple[str, str] | None:
 _CAT_ONE_RE = re.compile(r"^\s*cat\s+([\w./-]+\.(?:ya?ml|json|toml|cfg|ini|py|sh|txt))\s*$")
 GPU_DOC_RE = re.compile(r"(?i)\bGPUs?\b|\bvLLM\b|\btorchrun\b|\baccelerate\b|\bdeepspeed\b|\btensor[_ -]parallel|"
                         r"\bnproc_per_node\b|\bn_gpus\b|\bHF generation\b|\bfine-tun|(?<![/\w.|-])trains?\b(?![./_|-])"
-                        r"(?!\s+(?:split|set|file|portion|part|rows|students|examples)\b)|\bverl\b")  # (round 40: "writes the
+                        r"(?!\s+(?:split|set|file|portion|part|rows|students|examples|lists?|and\s+dev|and\s+test)\b)|\bverl\b")  # (round 40: "writes the
 # train split" is no training)
 
 
 # (set 32's spent test split) a step run through a provided dispatcher: `sh init.d/numrep check`, `julia -e
 # 'include("jobs.jl"); corr()'`, `rake write`, `fab serve`, `./run.sh check`
 _RUNNER_RE = re.compile(r"^\s*(?:(?:sh|bash|julia|rake|fab|invoke|inv|task|npm\s+run|yarn|pnpm|poe|nox\s+-s|tox\s+-e|doit|gradle|"
-                        r"tclsh|Rscript|octave|zig\s+build|pipenv\s+run|bb|jake|perl|ruby|node|lua|"
+                        r"tclsh|Rscript|octave|zig\s+build|pipenv\s+run|bb|jake|perl|ruby|node|lua|ant|nimble|dune|emacs|mvn|"
+                        r"terraform|"
                         r"\.?/?gradlew|pixi\s+run|hatch\s+run|mise\s+run|earthly|snakemake|condor_submit|kubectl|argo|"
                         r"docker\s+compose\s+run)\s|\./[\w.-]+\s)")
 _DISPATCH_STOP = frozenset({"sh", "bash", "run", "exec", "start", "submit", "create", "apply", "include", "using", "compose",
@@ -386,24 +395,59 @@ def _dispatch(description: str, cmd: str) -> str:
     body = section(description, "Scripts")
     if not body:
         return cmd
-    words = [w for w in re.findall(r"(?<![\w./-])([A-Za-z_][\w-]{2,})(?![\w./-])", cmd.split(None, 1)[1] if " " in cmd else "")
-             if w.lower() not in _DISPATCH_STOP]
+    words = [w for w in re.findall(r"(?<![\w/-])([A-Za-z_][\w-]{2,})(?![\w/-]|\.\w)", cmd.split(None, 1)[1] if " " in cmd else "")
+             if w.lower() not in _DISPATCH_STOP]  # (`null_resource.twins`, `exec:exec@serve`, `@serve`: the last word)
     toks = cmd.split()
     for w in reversed(words):
-        lab = re.compile(rf"(?m)(?:^\s*|[\s\"'(\[:])(?:def\s+|function\s+|task\s+:?|proc\s+)?{re.escape(w)}"
-                         rf"(?:\)|:|\"|'|\(\)|\]|\s*=|\s+do\b|(?=\s*\{{|\())")
+        lab = re.compile(rf"(?m)(?:^\s*|[\s\"'(\[:])(?:(?:def|defun|function|proc)\s+{re.escape(w)}(?=\s*[{{(])"
+                         rf"|task\s+:?{re.escape(w)}(?=\s*[,:]|\s+do\b)"
+                         rf"|{re.escape(w)}(?:\)|:|\"|'|\(\)|\]|\s*=|\s+do\b|(?=\s*[{{(])))")
         for m in lab.finditer(body):
             rest = body[m.end():m.end() + 800]
             call = re.search(r"(?m)((?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|bash|sh|torchrun|accelerate\s+launch|deepspeed)\s+"
                              r"(?:\.?/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\b[^\n#\"]*)", rest)
-            if call is not None and not re.search(r"(?m)^\s*[\w-]+\)\s*$", rest[:call.start()]):
-                args = toks[toks.index(w) + 1:] if w in toks else []
+            argv = _ARGV_CALL_RE.search(rest)
+            ant = _ANT_EXEC_RE.search(rest)
+            found = min((c for c in (call, argv, ant) if c is not None), key=lambda c: c.start(), default=None)
+            if found is None or re.search(r"(?m)^\s*[\w-]+\)\s*$", rest[:found.start()]):
+                continue
+            args = [a for a in (toks[toks.index(w) + 1:] if w in toks else []) if not a.startswith("-")]
+            if found is argv:  # (set 34's dev split) a Perl `system('bash', 'scripts/train.sh', shift // 'cfg', 'out')`
+                return _argv_call(found, args)
+            if found is ant:  # an Ant `<exec executable="bash">` with its `<arg line="scripts/x.sh SHARD GPU"/>`
+                text = f"{found.group(1)} {found.group(2)}"
+            else:
                 text = _CALL_TAIL_RE.sub("", call.group(1).strip())  # (Tcl's `>@ stdout`, a string's closing `');`)
-                return _fill_params(text, rest[:call.start()], [a for a in args if not a.startswith("-")])
+                if args and re.match(r"\s*\"?\s*//\s*trim\(\s*arg\s*\)", rest[call.end():]):
+                    text = f"{text} {args[0]}"  # a Fortran `"… --limit " // trim(arg)`: the step's argument appended
+            return _fill_params(text, rest[:found.start()], args)
     return cmd
 
 
-_CALL_TAIL_RE = re.compile(r"\s*(?:2?>@\s*\w+\s*)+$|['`]\s*\)?\s*[;,]?\s*$")
+_ARGV_CALL_RE = re.compile(r"""\(\s*['"](python3?|bash|sh)['"]\s*,\s*['"]((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))['"]((?:\s*,\s*"""
+                           r"""(?:shift\s*//\s*['"][^'"]*['"]|['"][^'"]*['"]|\$\w+|shift|\d+(?:\.\d+)?))*)\s*\)""")
+_ANT_EXEC_RE = re.compile(r"""executable=["'](python3?|bash|sh)["'][^>]*>\s*<arg\s+line=["']([^"']+)["']""")
+
+
+def _argv_call(m: re.Match[str], args: list[str]) -> str:
+    """The command of an argv-list call: quoted items as they are, `shift // 'x'` (and `shift`, `$x`) the dispatcher
+    call's next argument, or its default."""
+    out, k = [m.group(1), m.group(2)], 0
+    for item in re.findall(r"""shift\s*//\s*['"][^'"]*['"]|['"][^'"]*['"]|\$\w+|shift|\d+(?:\.\d+)?""", m.group(3)):
+        if item.startswith(("shift", "$")):
+            default = re.search(r"""['"]([^'"]*)['"]""", item)
+            v = args[k] if k < len(args) else (default.group(1) if default else None)
+            k += 1
+            if v is None and item.startswith("$"):
+                v = item[1:].upper()  # no argument: the placeholder (`$ckpt`: CKPT)
+            if v is not None:
+                out.append(v)
+        else:
+            out.append(item.strip("'\""))
+    return " ".join(out)
+
+
+_CALL_TAIL_RE = re.compile(r"\s*(?:2?>@\s*\w+\s*)+$|['`]\s*\)?\s*[;,]?\s*$|\)+\s*$")
 
 
 def _fill_params(call: str, head: str, args: list[str]) -> str:
@@ -582,6 +626,7 @@ _FLOW_ARGV_RE = re.compile(r"\[\s*((?:[^\[\]\n,]*,\s*)*[\"']?(?:[\w.-]+/)*[\w.-]
 
 
 _PROGRAM_ARGS_RE = re.compile(r'"program"\s*:\s*"(?:\$\{[^}]*\}/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)"[^\[\]]{0,80}?"args"\s*:\s*\[([^\]\n]*)\]')
+_ANT_ARG_LINE_RE = re.compile(r"""\bline=["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\s+([^"']*)["']""")
 _QUOTED_PATH_USAGE_RE = re.compile(r"""(?<=["'])(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\s+(-{1,2}[\w-][^"'\n]*)["']""")
 
 
@@ -598,6 +643,8 @@ def _argv_usage(doc: str) -> str | None:
             # (round 37) an OpenRC `command_args="scripts/run_dev.py --ports 8400,8401 --concurrency 24 …"`: a quoted string
             # that starts with the script's path, then its flags
             q = _QUOTED_PATH_USAGE_RE.search(doc)
+            if q is None and "line=" in doc and (a := _ANT_ARG_LINE_RE.search(doc)):
+                return a.group(1)  # (round 41) an Ant `<arg line="scripts/score_coherence.sh SHARD GPU"/>`
             return q.group(1) if q else None
         items = [x.strip().strip("\"'") for x in m.group(1).split(",")]
         at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
@@ -1235,7 +1282,10 @@ class Facts:
         if m and m.group(0).startswith("--") and _CLIENT_OUT_RE.search(cmd) and not any(
                 SERVER_RE.search(x) for x in _PORT_FLAG_RE.split(cmd)):
             m = None  # (round 29) `--port 8700` beside `--out F`: a client of a server on that port, writing a file
-        return bool(m) or any(doc_says(SERVER_DOC_RE, self.script_docs.get(s, "")) for s in self.script_runs(i))
+        if m and m.group(0).startswith("--") and any(_serves_then_ends(self.script_docs.get(s, "")) for s in self.script_runs(i)):
+            m = None  # (round 40) `dev_melody.py --port 8900`, whose line says it serves, writes, prints and ends
+        return bool(m) or any(doc_says(SERVER_DOC_RE, d := self.script_docs.get(s, "")) and not _serves_then_ends(d)
+                              for s in self.script_runs(i))
 
     @per_step
     def script_calls(self, i: int) -> tuple[tuple[str, Signature, tuple[str, ...], dict[str, str]], ...]:

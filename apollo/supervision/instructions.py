@@ -352,7 +352,7 @@ EVAL_IF_RE = re.compile(r"(?i)\b(?:only\s+(?:\w+\s+){0,3}?eval\w*|eval\w*\s+only
                         r"(?P<rel>at\s+least|above|over|more\s+than|greater\s+than|higher\s+than|no\s+less\s+than|>=|>)\s+"
                         r"(?P<v>-?\d[\d.]*%?)")
 _METRIC_STOP = {"its", "the", "your", "their", "that", "this", "dev", "rate", "score", "new", "checkpoint"}
-FLAG_USE_RE = re.compile(r"(?i)\b(?:use|pass|set|with|(?:runs?|go(?:es)?)\s+(?:at|with))\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
+FLAG_USE_RE = re.compile(r"(?i)\b(?:uses?|pass(?:es)?|set|with|(?:runs?|go(?:es)?)\s+(?:at|with))\s+(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))")
 FLAG_LIST_RE = re.compile(r"(?i)\b(?:use|pass|set|with|flags?)[,:]?\s+((?:--[\w-]+[= ]+[^\s,;]+(?:\s*,\s*|\s+and\s+)?){2,})")
 # "gen_targets: --dp 4 and --max_tokens 512 please": a script named, then the flags it is to run with
 SCRIPT_FLAGS_RE = re.compile(r"^\W*`?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`?\s*[:\u2014-]\s*((?:--[\w-]+[= ]+[^\s,;]+[\s,;]*(?:and\s+|&\s+)?)+)")
@@ -1099,7 +1099,7 @@ def _extract(text: str) -> tuple[Directive, ...]:
                     continue  # "use --min_q as a threshold": the flag, not a value for it
                 tail = sent[m.end():]
                 sm = re.match(r"\s+(?:in|for|with|of)\s+(?:python\s+)?((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b", tail)
-                out.append(d("flag", m.group(1), {"v": m.group(2), "script": sm.group(1) if sm else ""}))
+                out.append(d("flag", m.group(1), {"v": m.group(2).rstrip(".,;)") or m.group(2), "script": sm.group(1) if sm else ""}))
             if "--" in sent and (ml := FLAG_LIST_RE.search(sent)) is not None:
                 # (set 33's spent test split) "run the twins with the shipped command and its flags, --inflight 48 and
                 # --temperature 0.8": every flag of the list
@@ -2810,6 +2810,7 @@ _COUNT_UNITS_RE = re.compile(r"(?i)^\s*(?:[\w-]+\s+){0,2}?(?:examples|rows|pairs
 
 
 _G_KEEP_WORD_RE = re.compile(r"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z0-9]{2,})\s+(?=(?:at|between|above|below|under|over)\s+-?\d)")
+_G_AND_WORD_RE = re.compile(r"(?i)\band\s+the\s+([a-z][a-z0-9]{2,})\s+(?=(?:at|between|above|below|under|over)\s+-?\d)")
 _G_KEEP_STOP = frozenset({"it", "them", "this", "that", "everything", "things", "yourself", "each", "all", "every", "any",
                           "runs", "run", "dev", "jobs", "job", "total", "count", "size", "number", "score", "loss", "budget",
                           "calls", "time", "cost", "rows", "data", "set", "file", "files", "output", "outputs", "one", "two"})
@@ -2827,10 +2828,11 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
         rx = _G_TOPICS.get(m.group(1).lower())
         if rx and not any(s <= m.start() < e for s, e, _, _ in out):
             out.append((m.start(), m.end(), rx, "regex"))
-    for m in _G_KEEP_WORD_RE.finditer(sent):  # (round 21) "keep code at 0.10 or more": a plain word, a key written later
-        w = m.group(1).lower()
-        if w not in _G_KEEP_STOP and not any(s <= m.start(1) < e for s, e, _, _ in out):
-            out.append((m.start(1), m.end(1), w, "exact"))
+    for rx in (_G_KEEP_WORD_RE, _G_AND_WORD_RE):  # (round 21) "keep code at 0.10 or more": a plain word, a key written
+        for m in rx.finditer(sent):  # later; (round 41) "… and the margin at 0.3 or below": the next one
+            w = m.group(1).lower()
+            if w not in _G_KEEP_STOP and not any(s <= m.start(1) < e for s, e, _, _ in out):
+                out.append((m.start(1), m.end(1), w, "exact"))
     for m in _G_WEIGHT_RE.finditer(sent):  # "term weight" → w_term, term_weight, term_w, term_coef
         w = m.group(1).lower()
         if w not in _G_WEIGHT_STOP and not any(s <= m.start() < e or s < m.end() <= e for s, e, _, _ in out):
@@ -2842,6 +2844,7 @@ def _g_subjects(sent: str) -> list[tuple[int, int, str, str]]:
 # (round 19: and a lowercase sentence of a chat message, "stay at 0.8 or below please. at 1.0 the 72B starts …")
 # (round 23: a spaced dash starts the reason, "with --tp 1 or lower - tp>1 hangs on this build": not a second bound)
 _G_CLAUSE_END_RE = re.compile(r"(?i);|\s[-–—]\s(?![-\d.])|\bbut\b|\bwhile\b|\bexcept\b|\band\s+(?:please\s+|pls\s+)?(?:don'?t|do\s+not|never|keep|leave)\b"
+                              r"|\band\s+(?=the\s+[a-z][a-z0-9]{2,}\s+(?:at|between|above|below|under|over)\s+-?\d)"
                               r"|(?<=[a-z]{2}[.!?])(?<!etc\.)(?<!vs\.)\s+(?-i:(?=[a-z]))")
 
 
