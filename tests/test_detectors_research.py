@@ -4128,3 +4128,23 @@ def test_round_41_argv_dispatchers_finite_serving_runs_shards_and_two_subjects()
         ("scale", "ge", "20"), ("scale", "le", "40"), ("margin", "le", "0.3")]
     assert [(x.kind, x.target, x.values["v"]) for x in extract("for this run the guard vote uses --min-agree 3.")] == [
         ("flag", "--min-agree", "3")]
+
+
+def test_spent_split_34_maven_arguments_and_a_format_string_default():
+    """From blind_research34's spent test split: a Maven `<argument>scripts/grade_dev.py</argument> …` list is a usage
+    (`--inflight 2` of 32 is a throttled run); an Emacs Lisp `(format "… --inflight %d …" (or inflight 48))` whose prose says
+    "INFLIGHT requests in flight (default 48)" has 48 as the default (`--inflight 4` is 12× fewer at a time)."""
+    from apollo.supervision.facts import signature
+
+    mvn = ("<argument>scripts/grade_dev.py</argument> <argument>--ports</argument> <argument>9500-9503</argument> "
+           "<argument>--inflight</argument> <argument>32</argument> <argument>--out</argument> "
+           "<argument>outputs/dev_grades.jsonl</argument> <!-- Grades the dev items, the given number in flight -->")
+    assert signature(mvn).flags == (("--ports", "9500-9503"), ("--inflight", "32"), ("--out", "outputs/dev_grades.jsonl"))
+    el = ('(shell-command (format "python scripts/write_items.py --ports 8950,8951 --inflight %d --out outputs/w.jsonl" '
+          '(or inflight 48))) ;; Writes the items, INFLIGHT requests in flight (default 48) over the two replicas')
+    facts = FACTS.model_copy(update={"scripts": {**SCRIPTS, "scripts/grade_dev.py": mvn, "scripts/write_items.py": el}})
+    for cmd, want in (("python scripts/grade_dev.py --ports 9500-9503 --inflight 2 --out o.jsonl", [0]),
+                      ("python scripts/grade_dev.py --ports 9500-9503 --inflight 32 --out o.jsonl", []),
+                      ("python scripts/write_items.py --ports 8950,8951 --inflight 4 --out outputs/w.jsonl", [0]),
+                      ("python scripts/write_items.py --ports 8950,8951 --inflight 48 --out outputs/w.jsonl", [])):
+        assert list(drops(traj(run(cmd), desc=DESC, facts=facts), "inefficient_inference")) == want, cmd

@@ -1301,7 +1301,9 @@ def _placeholder_default(doc: str, flag: str) -> str | None:
     `--inflight $inflight`): given in prose by the flag or its name ("inflight; default: 8"), or as the rate the line's
     stated time is for ("about 12 minutes for 600 items at 32")."""
     name = re.escape(flag.lstrip("-"))
-    m = re.search(rf"(?i)\b{name}\b[;:,]?\s*default:?\s*(\d+)\b", doc)
+    m = re.search(rf"(?i)\b{name}\b[;:,]?\s*default:?\s*(\d+)\b|\b{name}\b[^()]{{0,40}}\(default:?\s*(\d+)\b", doc)
+    if m is not None and m.group(1) is None:  # (set 34's spent test split) "INFLIGHT requests in flight (default 48)"
+        return _prose_default(doc, flag) or m.group(2)
     if m is None:
         m = re.search(r"(?i)\babout\s+\d+(?:\.\d+)?\s+(?:minutes|hours|seconds)\b[^()]*?\bat\s+(\d+)\s*\)", doc)
     return _prose_default(doc, flag) or (m.group(1) if m else None)

@@ -500,6 +500,8 @@ def signature(doc: str) -> Signature | None:
         doc = _HATCH_ARGS_RE.sub("ARGS", doc)
     if doc and "{self." in doc:  # (set 23's spent test split) a Luigi task's f-string `{self.shard}`: the parameter's name
         doc = doc.replace("{self.", "{")
+    if doc and "%" in doc:  # (set 34's spent test split) a format string's `--inflight %d`: a placeholder
+        doc = re.sub(r"(?<=\s)%(?:\.\d+)?[dsf](?=[\s\"']|$)", "N", doc)
     if doc and ("{parameter:" in doc or "$" in doc):  # (round 39) a Valohai `{parameter:inflight}`, a Julia/shell `$inflight`
         doc = _PARAM_PLACEHOLDER_RE.sub(lambda m: (m.group(1) or m.group(2)).upper(), doc)
     best = None  # the backticked span that shows the script with the most arguments: in a table row or a
@@ -633,6 +635,11 @@ _QUOTED_PATH_USAGE_RE = re.compile(r"""(?<=["'])(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\
 def _argv_usage(doc: str) -> str | None:
     """The arguments an argv list gives its script (None: the line has no such list)."""
     m = _ARGV_LIST_RE.search(doc) if "[" in doc or "(" in doc else None
+    if m is None and "<argument>" in doc:  # (set 34's spent test split) a Maven `<argument>scripts/x.py</argument> …` list
+        items = re.findall(r"<argument>([^<]*)</argument>", doc)
+        at = next((k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x.strip())), None)
+        if at is not None:
+            return " ".join(x.strip() for x in items[at + 1:])
     if m is None and '"args"' in doc and (pa := _PROGRAM_ARGS_RE.search(doc)):
         # (round 37) a VS Code launch.json entry: `"program": "scripts/grade_dev.py", "args": ["--ports", "8500-8503", …]`
         return " ".join(re.findall(r"""["']([^"'\n]*)["']""", pa.group(1)))
