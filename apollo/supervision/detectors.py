@@ -71,36 +71,37 @@ from apollo.agent.actions import is_json_error
 from apollo.schema import Trajectory
 from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-exported for callers)
     _DEV_CHECK_NAME_RE,
-    NGPU_NAME_RE,
-    heredoc_file,
-    inline_programs,
-    job_duration,
-    line_duration,
-    _script_runs,
     _TRAINS_DOC_RE,
-    SERVER_RE,
-    SERVER_DOC_RE,
+    CP_RE,
     CPU_DOC_RE,
     GPU_DOC_RE,
-    Gated,
-    code_outputs,
-    writes_files,
-    covers,
-    script_args,
-    doc_says,
+    NGPU_NAME_RE,
+    SED_I_RE,
+    SERVER_DOC_RE,
+    SERVER_RE,
     VLLM_RE,
     Facts,
+    Gated,
     TaskInfo,
+    _script_runs,
+    code_outputs,
+    covers,
+    doc_says,
+    heredoc_file,
+    inline_programs,
     is_false,
+    job_duration,
+    line_duration,
     norm_path,
     per_step,
-    SED_I_RE,
-    CP_RE,
     same_script,
+    script_args,
     short,
     signature,
     tool_names,
+    writes_files,
 )
+from apollo.supervision.instructions import command_ports  # noqa: F401  (re-exported for callers)
 
 # the precedence among rule drops of one step (params.yaml's mask.detectors lists the same order)
 PRECEDENCE: tuple[str, ...] = ("violate_instruction", "inefficient_inference", "ignore_script", "invalid_action", "blind_edit",
@@ -2819,17 +2820,7 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
     return [_drop(i, "violate_instruction", reason) for i, reason in sorted(found.items())]
 
 
-_CMD_PORTS_RE = re.compile(r"--[\w-]*ports?(?:=|\s+)['\"]?(\d{4,5}(?:\s*[,\u2013-]\s*\d{4,5})*)"
-                           r"|(?:localhost|127\.0\.0\.1|0\.0\.0\.0|https?://[\w.-]+):(\d{4,5})\b")
 _REPLICAS_FLAG_RE = re.compile(r"(?:--(?:num[_-])?replicas(?:=|\s+)|(?:^|[\s;&(])REPLICAS=)(\d+)")
-
-
-def command_ports(cmd: str) -> set[int]:
-    """The ports a command names: ``--ports 8001,8002``, ``--ports 8100-8103``, ``--port 8004``, ``localhost:8004``."""
-    from apollo.supervision.instructions import port_ids
-
-    return {p for m in _CMD_PORTS_RE.finditer(cmd) for p in port_ids(m.group(1) or m.group(2))} if "80" in cmd or (
-        ":" in cmd or "port" in cmd) else set()
 
 
 def _ports_breach(f: Facts, i: int, d: Any) -> str | None:

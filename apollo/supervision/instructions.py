@@ -2292,9 +2292,17 @@ _GENERATION_WORDS = frozenset({"generation", "generating", "writing", "rewriting
 def _served_client(f: Facts, i: int) -> bool:
     """(set 32's spent test split) Run ``i`` sends generation requests to served replicas (``--ports 8600``,
     ``localhost:8601``): a "generation job" of a ban on them."""
-    from apollo.supervision.detectors import command_ports
-
     return not f.is_server(i) and bool(command_ports(f.command(i)))
+
+
+_CMD_PORTS_RE = re.compile(r"--[\w-]*ports?(?:=|\s+)['\"]?(\d{4,5}(?:\s*[,\u2013-]\s*\d{4,5})*)"
+                           r"|(?:localhost|127\.0\.0\.1|0\.0\.0\.0|https?://[\w.-]+):(\d{4,5})\b")
+
+
+def command_ports(cmd: str) -> set[int]:
+    """The ports a command names: ``--ports 8001,8002``, ``--ports 8100-8103``, ``--port 8004``, ``localhost:8004``."""
+    return {p for m in _CMD_PORTS_RE.finditer(cmd) for p in port_ids(m.group(1) or m.group(2))} if "80" in cmd or (
+        ":" in cmd or "port" in cmd) else set()
 
 
 def launches_training(f: Facts, i: int) -> bool:
