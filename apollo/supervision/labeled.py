@@ -62,15 +62,22 @@ def trajectories_path(labels_path: str | Path) -> Path:
     return rollouts if not beside.exists() and rollouts.exists() else beside
 
 
-def load_split(labels_path: str | Path) -> dict[str, list[str]]:
-    """``split.json`` beside the labels (``{}`` when there is none); raises naming the file."""
-    p = Path(labels_path).with_name("split.json")
+def _json_beside(labels_path: str | Path, name: str) -> tuple[Path, Any]:
+    """(path, parsed JSON or None when the file is absent) of ``name`` beside the labels; raises naming the file."""
+    p = Path(labels_path).with_name(name)
     if not p.is_file():
-        return {}
+        return p, None
     try:
-        d = json.loads(p.read_text(encoding="utf-8"))
+        return p, json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise LabeledSetError(f"{p}: invalid JSON: {e.msg}") from e
+
+
+def load_split(labels_path: str | Path) -> dict[str, list[str]]:
+    """``split.json`` beside the labels (``{}`` when there is none); raises naming the file."""
+    p, d = _json_beside(labels_path, "split.json")
+    if d is None:
+        return {}
     if not isinstance(d, dict) or not all(isinstance(v, list) for v in d.values()):
         raise LabeledSetError(f"{p}: expected {{split name: [trajectory ids]}}")
     return {str(k): [str(x) for x in v] for k, v in d.items()}
@@ -84,13 +91,9 @@ def load_conventions(labels_path: str | Path) -> dict[str, Any]:
 
     from apollo.supervision.detectors import DetectorParams
 
-    p = Path(labels_path).with_name("conventions.json")
-    if not p.is_file():
+    p, d = _json_beside(labels_path, "conventions.json")
+    if d is None:
         return {}
-    try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise LabeledSetError(f"{p}: invalid JSON: {e.msg}") from e
     known = {f.name for f in fields(DetectorParams)}
     if not isinstance(d, dict) or (bad := sorted(set(d) - known)):
         raise LabeledSetError(f"{p}: expected {{detector parameter: value}}; unknown: {bad if isinstance(d, dict) else d!r}")
