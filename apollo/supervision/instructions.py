@@ -178,13 +178,15 @@ CALL_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s
                          r"(?:the\s+)?`?([a-z_][a-z0-9_]*)`?")
 # (set 31's spent test split) "keep at most 30 pairs per article", "no more than 6 model calls per question": a cap on a
 # count per unit, the key named for the counted thing or the unit (per_article_cap, MAX_CALLS)
-PER_UNIT_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d+|one|two|three|four|five)\s+"
+# the words that open an upper bound ("at most 6", "no more than 40,000", "a maximum of 3", "up to 8")
+_CAP_LEAD = r"\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)"
+PER_UNIT_CAP_RE = re.compile(r"(?i)" + _CAP_LEAD + r"\s+(\d+|one|two|three|four|five)\s+"
                              r"(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+([a-z]{3,})\b(?:\s+([a-z]{3,})\b)?"
                              # (set 32's spent test split) "please stay at 6 model calls per patient at most"
                              r"|\b(?:stay|keep\s+it|be)\s+at\s+(\d+|one|two|three|four|five)\s+(?:[a-z]+\s+)?([a-z]{3,})\s+per\s+"
                              r"([a-z]{3,})\s+(?:at\s+most|or\s+(?:fewer|less|below))\b")
 # (set 31's spent test split) "at most 40,000 cases per writing run": a cap on what one run of the named job takes in
-RUN_CAP_RE = re.compile(r"(?i)\b(?:at\s+most|no\s+more\s+than|max(?:imum)?(?:\s+of)?|up\s+to)\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+"
+RUN_CAP_RE = re.compile(r"(?i)" + _CAP_LEAD + r"\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+"
                         r"([a-z]{3,})\s+(?:per|in\s+(?:a|any|each|one))\s+(?:single\s+)?([a-z]{4,})\s+(?:run|job|pass)\b"
                         # (set 33's spent test split) "no more than 34,000 cases go to the writer in total"
                         r"|\b(?:at\s+most|no\s+more\s+than|up\s+to)\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+([a-z]{3,})\s+"
