@@ -4148,3 +4148,63 @@ def test_spent_split_34_maven_arguments_and_a_format_string_default():
                       ("python scripts/write_items.py --ports 8950,8951 --inflight 4 --out outputs/w.jsonl", [0]),
                       ("python scripts/write_items.py --ports 8950,8951 --inflight 48 --out outputs/w.jsonl", [])):
         assert list(drops(traj(run(cmd), desc=DESC, facts=facts), "inefficient_inference")) == want, cmd
+
+
+def test_round_42_argv_names_lein_vectors_gpu_positionals_workers_batches_of_one_and_unchecked_sleeps():
+    """Round 42 (set 35's dev split): a Swift `sh("bash", "scripts/x.sh", argv[2], argv[3])` "given as two words, shard then
+    GPU" has the positionals SHARD and GPU, so a loop of the four shards on GPU 0 one after another idles the pool; a
+    Leiningen alias vector (no commas) and an AutoHotkey escaped comma are usages; "on NGPU GPUs (the third argument)" makes
+    that position the GPU count, and a line with such a knob is no fixed design ("about 8 minutes per epoch on 4 GPUs");
+    `--gpus 0,1,2` as the line shows it is the documented count; `--workers 1` of "WORKERS games at a time" is one at a time;
+    `clf.score([text])` per row is a batch of one; a second unchecked sleep after the job's stated time is waste."""
+    from apollo.supervision.facts import signature
+
+    swift = ('Relevance of each comment for one of four shards on one GPU, given as two words, shard then GPU (about 30 '
+             'minutes per shard; run the four shards side by side) sh("bash", "scripts/score_relevance.sh", argv[2], argv[3])')
+    assert signature(swift).positional == ("SHARD", "GPU")
+    lein = ('"grade" ["shell" "python" "scripts/grade_dev.py" "--ports" "9100-9103" "--workers" "48" "--out" "o.jsonl"] ;; '
+            "Grades the dev items, WORKERS items at a time (about 12 minutes)")
+    assert signature(lein).flags == (("--ports", "9100-9103"), ("--workers", "48"), ("--out", "o.jsonl"))
+    ahk = ("^!d::Run, python scripts/run_dev.py --n 200 --ports 9700`,9701 --workers 32 --out outputs/dev_games.jsonl ; "
+           "Plays the dev games, WORKERS games at a time (about 12 minutes)")
+    assert signature(ahk).flags[1] == ("--ports", "9700,9701")
+    vbs = ('sh.Run "bash scripts/train_sft.sh outputs/train.jsonl outputs/sft 4", 1, True \' The fixed recipe on NGPU GPUs '
+           "(the third argument) (about 2 hours)")
+    assert signature(vbs).positional == ("outputs/train.jsonl", "outputs/sft", "NGPU")
+    seg = ("- `bash scripts/train_seg.sh CONFIG outputs/run NGPU`: the fixed recipe on NGPU GPUs (4 by default), about 8 "
+           "minutes per epoch on 4 GPUs")
+    guard = ("- `python scripts/guard_vote.py --in F --gpus 0,1,2 --out G`: three guard classifiers (one per GPU) vote "
+             "(about 20 minutes)")
+    pool4 = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": {
+        "scripts/score_relevance.sh": swift, "scripts/train_sft.sh": vbs, "scripts/train_seg.sh": seg,
+        "scripts/guard_vote.py": guard, "scripts/run_dev.py": ahk}})
+    loop = bg("for s in 0 1 2 3; do bash scripts/score_relevance.sh $s 0; done", "rel")
+    assert 0 in drops(traj(loop, desc=DESC, facts=pool4), "resource_waste")
+    side = bg("for s in 0 1 2 3; do bash scripts/score_relevance.sh $s $s & done; wait", "rel")
+    assert drops(traj(side, desc=DESC, facts=pool4), "resource_waste") == {}
+    for cmd in ("bash scripts/train_sft.sh outputs/train.jsonl outputs/sft 2", "bash scripts/train_seg.sh c.yaml outputs/run 1"):
+        assert 0 in drops(traj(bg(cmd, "train"), desc=DESC, facts=pool4), "resource_waste"), cmd
+    assert drops(traj(bg("bash scripts/train_sft.sh outputs/train.jsonl outputs/sft 4", "train"), desc=DESC, facts=pool4),
+                 "resource_waste") == {}
+    assert drops(traj(bg("python scripts/guard_vote.py --in F --gpus 0,1,2 --out G", "g"), desc=DESC, facts=pool4),
+                 "resource_waste") == {}
+    slow = run("python scripts/run_dev.py --n 200 --ports 9700,9701 --workers 1 --out outputs/d.jsonl")
+    assert 0 in drops(traj(slow, desc=DESC, facts=pool4), "inefficient_inference")
+    fast = run("python scripts/run_dev.py --n 200 --ports 9700,9701 --workers 32 --out outputs/d.jsonl")
+    assert drops(traj(fast, desc=DESC, facts=pool4), "inefficient_inference") == {}
+    here = ("python3 - <<'EOF'\nfrom relevance import load_classifier\nclf = load_classifier('m', device='cuda:0')\n"
+            "for line in open('data/pool.jsonl'):\n    p = clf.score([line])[0]\n    print(p)\nEOF")
+    assert 0 in drops(t(run(here)), "inefficient_inference")
+    assert drops(t(run(here.replace("clf.score([line])[0]", "clf.score(lines)[0]"))), "inefficient_inference") == {}
+    nap = [bg("python scripts/guard_vote.py --in F --gpus 0,1,2 --out G", "g"), st("sleep", {"seconds": 1800}, "Slept 1800 s."),
+           st("sleep", {"seconds": 1800}, "Slept 1800 s.")]
+    assert set(drops(traj(*nap, desc=DESC, facts=pool4), "resource_waste")) == {2}
+    nap[1] = st("sleep", {"seconds": 900}, "Slept 900 s.")  # (the first sleep did not yet cover the 20 minutes)
+    assert drops(traj(*nap, desc=DESC, facts=pool4), "resource_waste") == {}
+    smoke = {"scripts/smoke_loss.py": "- `python scripts/smoke_loss.py --config CONFIG`: runs the loss on synthetic masks: "
+                                      "perfect, empty, shifted and random predictions; prints each loss value (seconds)"}
+    mine = run("python -c \"from src.seg_loss import SegLoss; l = SegLoss(); print('perfect', l(1)); print('empty', l(0))\"")
+    facts = FACTS.model_copy(update={"scripts": smoke})
+    assert 0 in drops(traj(mine, desc=DESC, facts=facts), "ignore_script")
+    other = run("python -c \"from src.seg_loss import SegLoss; l = SegLoss(); print('rows', l(1)); print('kept', l(0))\"")
+    assert drops(traj(other, desc=DESC, facts=facts), "ignore_script") == {}

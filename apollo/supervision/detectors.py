@@ -91,6 +91,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     inline_programs,
     is_false,
     job_duration,
+    _DURATION_RE as _LINE_DURATION_RE,
     line_duration,
     norm_path,
     per_step,
@@ -689,7 +690,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
                 hits = _prefixed(sig, _code_words(content))
                 if len(hits) >= 3 and 2 * len(hits) >= len(sig):
                     return s
-        return None
+        return _echoes_line_terms(f, content)
     mine, words = _function_words(path), _name_words(path)
     named = _plain_words(path)
     uses_model = bool(_GPU_CODE_RE.search(content) or _HF_CODE_RE.search(content))
@@ -724,6 +725,42 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         if _named_reader_of(f, s, path, content):
             return s
     return _same_metrics(f, content, uses_model) or (_own_sampler(f, content) if uses_model else None)
+
+
+_LABEL_STOP = frozenset({"mean", "count", "total", "done", "rows", "items", "score", "loss", "value", "parsed", "unparsed", "kept",
+                         "dropped", "text", "label", "name", "path", "file", "line", "lines", "data", "true", "false", "none",
+                         "share", "rate", "time", "step", "epoch", "train", "test", "item", "result", "results", "output"})
+
+
+def _echoes_line_terms(f: Facts, content: str) -> str | None:
+    """(round 42) The one provided script whose line lists two or more of the labels a one-liner prints or the fields it
+    writes (`print('perfect', …); print('empty', …)` beside "smoke_loss.py: … perfect, empty, shifted and random
+    predictions"; `{'my_score_only': …, 'my_clock': …}` beside "pgn_features.py: … score-only, clock-only … comments"):
+    that script's report made again by hand. None where no script or several do."""
+    if "print" not in content and "{" not in content:
+        return None
+    try:
+        tree = ast.parse(content)
+    except (SyntaxError, ValueError):
+        return None
+    lits: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print" and n.args \
+                and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+            lits.add(n.args[0].value)
+        elif isinstance(n, ast.Dict):
+            lits.update(k.value for k in n.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                        and k.value.startswith("my_"))  # (a record's own fields, `prompt`, `response`, are data)
+    terms = {t for t in (re.sub(r"^my[_ ]", "", x.strip().lower()).replace("_", " ").strip(" :=") for x in lits)
+             if len(t) >= 4 and t not in _LABEL_STOP and re.fullmatch(r"[a-z][a-z ]*[a-z]", t)}
+    if len(terms) < 2:
+        return None
+    owners = []
+    for s in f.scripts:
+        doc = f.script_docs.get(s, "").lower().replace("-", " ")
+        if sum(bool(re.search(rf"\b{re.escape(t)}\b", doc)) for t in terms) >= 2:
+            owners.append(s)
+    return owners[0] if len(owners) == 1 else None
 
 
 def _named_reader_of(f: Facts, s: str, path: str, content: str) -> bool:
@@ -1175,12 +1212,15 @@ def one_at_a_time(code: str) -> str | None:
     return None
 
 
+_BATCH_METHODS = frozenset({"score", "predict", "predict_proba", "classify", "encode", "embed", "generate", "rerank"})
+
+
 @lru_cache(maxsize=2048)
 def serial_forward(code: str) -> str | None:
     """How a script runs a GPU model's forward pass on one item per loop iteration (None: it does not): a
     tokenizer call with tensors for the model, then the model called on them, in the loop's body
     (``enc = tok(r["text"], return_tensors="pt").to("cuda"); p = model(**enc)`` for each row)."""
-    if "return_tensors" not in code or not (_GPU_CODE_RE.search(code) or "cuda" in code):
+    if ("return_tensors" not in code and "([" not in code) or not (_GPU_CODE_RE.search(code) or "cuda" in code):
         return None
     try:
         tree = ast.parse(code)
@@ -1190,6 +1230,12 @@ def serial_forward(code: str) -> str | None:
         if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or _loop_iters_batches(loop):
             continue
         nodes = [n for b in loop.body for n in ast.walk(b)]
+        # (round 42) a batched scorer called on a list of one, each iteration (`clf.score([text])[0]` over 3,000 rows)
+        one = next((n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in _BATCH_METHODS and n.args and isinstance(n.args[0], ast.List)
+                    and len(n.args[0].elts) == 1), None)
+        if one is not None:
+            return f"calls {ast.unparse(one.func)}([…]) on a batch of one item per loop iteration"
         if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward" for n in nodes):
             continue  # (set 32's spent test split) a training step per item (`loss.backward()`): no inference
         if any(isinstance(n, ast.Call) and any(k.arg == "return_tensors" for k in n.keywords) for n in nodes):
@@ -1335,7 +1381,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                     # (round 16) "the scaffold on N dev documents, W at a time" (`--workers {W}`)
                     + (rf"|(?<![\w-]){re.escape(default)}\s+(?:at\s+a\s+time|in\s+parallel|concurrently)\b" if default else "")
                     # (round 20) "runs agent/verify.py on N dev claims with W threads" (`--workers 32`)
-                    + r"|\bwith\s+[A-Z]\s+(?:threads|parallel\s+workers|concurrent\s+requests)\b", doc or ""):
+                    + r"|\bwith\s+[A-Z]\s+(?:threads|parallel\s+workers|concurrent\s+requests)\b"
+                    # (round 42) "WORKERS games at a time" (AutoHotkey's `--workers 32`), "WORKERS items at a time"
+                    + r"|(?-i:\b[A-Z][A-Z_]+)\s+(?:[a-z]+\s+)?at\s+a\s+time\b", doc or ""):
                 return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
         # (round 23) a batch size of 1 for a GPU dev check whose line gives no batch size (`dev_f1.py --ckpt DIR` run with
         # `--batch-size 1`): one example per forward pass where the script batches by default
@@ -2094,6 +2142,15 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
                     return True, got[0]
             if sig is not None and (ids := _gpu_id_list_arg(cmd, s, sig, doc)) is not None:
                 return True, ids  # (round 40) `score_consistency.sh 0,1` of a line showing `… 0,1,2,3` "per GPU id"
+            if sig is not None and (k := next((k for k, n in enumerate(sig.positional) if n in ("GPU", "GPU_ID", "DEVICE")),
+                                              None)) is not None:
+                # (round 42) `score_relevance.sh SHARD GPU` ("shard then GPU"): one GPU per call, that id; a loop that
+                # backgrounds one call per id (`for g in 0 1 2 3; do … $g & done`) takes them all
+                pos, _ = script_args(cmd, s, sig)
+                lp = re.search(r"\bfor\s+(\w+)\s+in\s+((?:\d+\s+)*\d+)\s*;\s*do\b", cmd)
+                if k < len(pos) and lp and re.fullmatch(rf"\$\{{?{lp.group(1)}\}}?", pos[k]) and not _SERIAL_LOOP_RE.search(cmd):
+                    return True, len(lp.group(2).split())
+                return True, 1
             if s.endswith(".sh") and _ONE_PER_GPU_RE.search(doc) and (n := _replica_arg(f, i)) is not None:
                 return True, n  # (round 34) `serve_rewriter.sh 3` of "Starts N … replicas, one GPU each": 3 GPUs
             if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
@@ -2171,12 +2228,16 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
         doc = f.script_docs.get(s, "")
         if _FIXED_GPUS_DOC_RE.search(doc) and not _CUDA_DEV_RE.search(cmd) and not _gpu_arg_counts(cmd) \
                 and not ((sig0 := signature(doc)) and (any(_GPU_ARG_RE.match(f"{fl} {mv}") for fl, mv in sig0.flags)
+                                                       or any(NGPU_NAME_RE.match(n) for n in sig0.positional)  # (round 42)
                                                        or _gpu_id_list_arg(cmd, s, sig0, doc) is not None)):
             return True  # (sets 31/32 spent) a fixed design with no GPU knob in its line, run as the line shows
         sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
         if sig is None:
             continue
         for fl, mv in sig.flags:
+            if re.fullmatch(r"\d+(?:,\d+)+", mv) and len(mv.split(",")) == used and _GPU_IDS_FLAG_RE.match(fl) \
+                    and re.search(rf"{re.escape(fl)}(?:=|\s+){re.escape(mv)}(?![\d,])", cmd):
+                return True  # (round 42) `guard_vote.py … --gpus 0,1,2` as its line shows it ("three guards, one per GPU")
             if mv.isdigit() and int(mv) == used and _GPU_ARG_RE.match(f"{fl} {mv}") and not _TP_ARG_RE.match(f"{fl} {mv}") \
                     and not _DP_ARG_RE.match(f"{fl} {mv}") \
                     and re.search(rf"{re.escape(fl)}(?:=|\s+){used}(?!\d)", cmd):
@@ -2184,6 +2245,7 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
     return False
 
 
+_GPU_IDS_FLAG_RE = re.compile(r"--(?:gpus|gpu[_-]ids|devices|cuda[_-]devices)$")
 _FIXED_GPUS_DOC_RE = re.compile(r"(?i)\bone\s+GPU\s+(?:each|apiece|per\s+(?:guard|checkpoint|model|classifier))\b"  # "the three
                                 # guard checkpoints, one GPU each"; (round 41) "one GPU per guard"
                                 r"|\bon\s+(?:[2-7]|two|three|four|five|six|seven)\s+GPUs\b")  # (round 40) "about 8 minutes on 3 GPUs"
@@ -2377,7 +2439,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", f"slept {secs:g} s with no job left to wait for"))
         elif tool == "sleep" and p.flag_idle_sleep and (stale := _sleep_after_seen_finished(f, i, p)):
             out.append(_drop(i, "resource_waste", stale))
-        elif tool == "sleep" and p.flag_idle_sleep and (over := _oversleep_short_job(f, i)):
+        elif tool == "sleep" and p.flag_idle_sleep and (over := _oversleep_short_job(f, i) or _unchecked_sleep_again(f, i)):
             out.append(_drop(i, "resource_waste", over))
         elif tool in ("check_session_idle", "get_session_output") and p.flag_busy_polling and i > 0 \
                 and f.tools[i - 1] in ("check_session_idle", "get_session_output") and f.session(i - 1) == f.session(i) \
@@ -3116,6 +3178,59 @@ def _oversleep_short_job(f: Facts, i: int) -> str | None:
         return None
     return f"slept {secs:g} s on jobs whose lines say they take about {longest / 60:g} min at most, with the served " \
            f"replicas holding their GPUs"
+
+
+def _unchecked_sleep_again(f: Facts, i: int) -> str | None:
+    """(round 42) Sleep ``i`` follows a sleep with no look at the jobs in between, and the sleeps since the last of them
+    started already covered what each waited job's own Scripts line says it takes ("slept 1,800 s on the 20-minute
+    guard vote, then 1,800 s more 'to be safe'"): the job has most likely ended and the agent did not look."""
+    if i == 0 or f.tools[i - 1] != "sleep" or not f.oks[i - 1]:
+        return None
+    waits = [j for j in f.jobs_before[i] if not j.server]
+    if not waits:
+        return None
+    start = max(j.step for j in waits)
+    if any(f.tools[k] != "sleep" for k in range(start + 1, i)):
+        return None  # (something else happened since the last launch: not a plain run of sleeps)
+    slept = sum(_secs(f, k) for k in range(start + 1, i))
+    longest = 0.0
+    for j in waits:
+        stated = [d for d in (_whole_run_secs(f.script_docs.get(s, "")) for s in f.script_runs(j.step)) if d]
+        if not stated or _serial_flag(f, j.step) or _smaller_than_line(f, j.step):
+            return None  # a job of unknown length (or run slower than its line): more sleep may be what it needs
+        longest = max(longest, max(stated) * _fewer_workers_ratio(f, j.step))
+    if slept < longest or slept + _secs(f, i) < OVERSLEEP_FACTOR * longest:
+        return None
+    return f"slept {_secs(f, i):g} s more without looking, after {slept:g} s that already covered the about " \
+           f"{longest / 60:g} min its line states"
+
+
+_SCALE_FLAG_RE = re.compile(r"--(?:dp|data[_-]parallel(?:[_-]size)?|num[_-]shards|shards|workers|gpus|n[_-]?gpus|"
+                            r"(?:num[_-])?replicas|nproc[_-]per[_-]node|concurrency|inflight|in[_-]flight)$")
+
+
+def _smaller_than_line(f: Facts, i: int) -> bool:
+    """Run ``i`` passes a scale flag below its usage line's value (``--dp 1`` of ``--dp 8``, ``--num-shards 1`` of 4):
+    it takes longer than the line's duration says."""
+    for s, sig, _, flags in f.script_calls(i):
+        doc = f.script_docs.get(s, "")
+        shown = dict(sig.flags)
+        for fl, got in flags.items():  # (the line's value read off its text too: a layout whose usage is not parsed)
+            if not (_SCALE_FLAG_RE.match(fl) and got.isdigit()):
+                continue
+            line = shown.get(fl) or ((m := re.search(rf"{re.escape(fl)}(?:=|\s+)(\d+)\b", doc)) and m.group(1)) or ""
+            if line.isdigit() and int(got) < int(line):
+                return True
+    return False
+
+
+def _whole_run_secs(doc: str) -> float | None:
+    """:func:`line_duration`, where it is the whole run's ("about 8 minutes per epoch" is not)."""
+    m = _LINE_DURATION_RE.search(doc) if doc else None
+    if m is None or re.match(r"\s*(?:per|each|a|an|for\s+each)\s+(?:epoch|step|shard|round|stage|batch|item|game|case)\b",
+                             doc[m.end():]):
+        return None
+    return line_duration(doc)
 
 
 def _fewer_workers_ratio(f: Facts, i: int) -> float:

@@ -500,6 +500,8 @@ def signature(doc: str) -> Signature | None:
         doc = _HATCH_ARGS_RE.sub("ARGS", doc)
     if doc and "{self." in doc:  # (set 23's spent test split) a Luigi task's f-string `{self.shard}`: the parameter's name
         doc = doc.replace("{self.", "{")
+    if doc and "`," in doc:  # (round 42) AutoHotkey escapes a comma in a Run line: `--ports 9700`,9701`
+        doc = doc.replace("`,", ",")
     if doc and "%" in doc:  # (set 34's spent test split) a format string's `--inflight %d`: a placeholder
         doc = re.sub(r"(?<=\s)%(?:\.\d+)?[dsf](?=[\s\"']|$)", "N", doc)
     if doc and ("{parameter:" in doc or "$" in doc):  # (round 39) a Valohai `{parameter:inflight}`, a Julia/shell `$inflight`
@@ -546,7 +548,15 @@ def signature(doc: str) -> Signature | None:
             pos.append(t)  # a literal argument ("configs/grpo.yaml OUT", round 40: a GPU id list "0,1,2,3"): it takes a
             # position all the same
         k += 1
+    if pos and "argument)" in doc and (g := _GPU_COUNT_ORDINAL_RE.search(doc)):
+        k = _ORDINALS.index(g.group(1).lower()) if g.group(1).lower() in _ORDINALS else len(pos) - 1
+        if k < len(pos) and pos[k].isdigit():  # (round 42) "on NGPU GPUs (the third argument)": that position is the count
+            pos[k] = "NGPU"
     return Signature(tuple(pos), tuple(flags))
+
+
+_ORDINALS = ("first", "second", "third", "fourth", "fifth")
+_GPU_COUNT_ORDINAL_RE = re.compile(r"(?i)\bGPUs\s*\((?:the|its)\s+(first|second|third|fourth|fifth|last)\s+argument\)")
 
 
 # a usage after a label: "Run:    python x.py --in FILE" ("Run x.py to …" is prose), "usage: x.py [-h] --ckpt CKPT" (a --help
@@ -617,7 +627,9 @@ _WORD_VALUE_RE = re.compile(r"[a-z][a-z0-9_-]*")
 # (round 31) an argv list, `args = ["scripts/eval_dev.py", "--ckpt", "outputs/run/final", "--batch-size", "128"]` (a
 # cargo-make task's, a build file's): the items after the script's path are its usage; (round 33) or a call's string
 # arguments, a magefile's `sh.RunV("python", "scripts/x.py", "--in", "data/a.jsonl")`
-_ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["'](?:\s*,\s*["'][^"'\n]*["'])*)\s*,?\s*[\])]"""
+_ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["']"""
+                           # (round 42) a Swift `sh("bash", "scripts/x.sh", argv[2], argv[3])`: an item of the step's own argv
+                           r"""(?:\s*,\s*(?:["'][^"'\n]*["']|[A-Za-z_][\w.]*\[\d+\]))*)\s*,?\s*[\])]"""
                            # (round 40) a Zig `&.{ "python", "scripts/x.py", "--inflight", inflight }`: a bare name is
                            # the variable the step fills in
                            r"""|\.\{\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)["']"""
@@ -643,6 +655,11 @@ def _argv_usage(doc: str) -> str | None:
     if m is None and '"args"' in doc and (pa := _PROGRAM_ARGS_RE.search(doc)):
         # (round 37) a VS Code launch.json entry: `"program": "scripts/grade_dev.py", "args": ["--ports", "8500-8503", …]`
         return " ".join(re.findall(r"""["']([^"'\n]*)["']""", pa.group(1)))
+    if m is None and '" "' in doc and (v := _EDN_ARGV_RE.search(doc)):
+        # (round 42) a Leiningen alias vector, `["shell" "python" "scripts/grade_dev.py" "--ports" "9100-9103"]`: no commas
+        items = re.findall(r'"([^"\n]*)"', v.group(1))
+        at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
+        return " ".join(items[at + 1:])
     if m is None:
         # (round 35) a YAML flow sequence, items quoted or not: `args: [scripts/grade_dev.py, --n, "400", --ports, 8500-8507]`
         m = _FLOW_ARGV_RE.search(doc) if "[" in doc else None
@@ -660,9 +677,26 @@ def _argv_usage(doc: str) -> str | None:
         items = [x.upper() if not x.startswith(("'", '"')) else x[1:-1]
                  for x in re.findall(r"""["'][^"'\n]*["']|[a-z_][a-z0-9_]*""", m.group(2))]
     else:
-        items = re.findall(r"""["']([^"'\n]*)["']""", m.group(1))
+        items = re.findall(r"""["']([^"'\n]*)["']|([A-Za-z_][\w.]*\[\d+\])""", m.group(1))
+        names = iter(_argv_word_names(doc))  # (round 42) the step's own argv items: named as the line's prose names them
+        items = [q if not bare else next(names, f"ARG{k + 1}") for k, (q, bare) in enumerate(items)]
     at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
     return " ".join(items[at + 1:])
+
+
+_EDN_ARGV_RE = re.compile(r'\[\s*((?:"[^"\n]*"\s+)*"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)"(?:\s+"[^"\n]*")*)\s*\]')
+# (round 42) "given as two words, shard then GPU": the names of a script's positional arguments, in order
+_WORDS_THEN_RE = re.compile(r"(?i)\b(?:given|passed|written)\s+as\s+(?:two|three|four)\s+(?:words|arguments)[,:]?\s+"
+                            r"([a-z]+)((?:\s*,\s*[a-z]+)*)\s+then\s+(?:the\s+)?([a-z]+)\b")
+
+
+def _argv_word_names(doc: str) -> list[str]:
+    """The positional names a line's prose gives ("given as two words, shard then GPU" → SHARD, GPU), or none."""
+    m = _WORDS_THEN_RE.search(doc)
+    if m is None:
+        return []
+    mid = [w.strip() for w in m.group(2).split(",") if w.strip()]
+    return [w.upper() for w in (m.group(1), *mid, m.group(3))]
 
 
 _FSTRING_FIELD_RE = re.compile(r"\{([a-z][a-z0-9_]*)\}([\"')]*)")
