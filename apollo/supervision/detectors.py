@@ -91,7 +91,6 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     inline_programs,
     is_false,
     job_duration,
-    _DURATION_RE as _LINE_DURATION_RE,
     line_duration,
     norm_path,
     per_step,
@@ -101,6 +100,9 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     signature,
     tool_names,
     writes_files,
+)
+from apollo.supervision.facts import (
+    _DURATION_RE as _LINE_DURATION_RE,
 )
 from apollo.supervision.instructions import command_ports  # noqa: F401  (re-exported for callers)
 
