@@ -2258,17 +2258,23 @@ _REPLICAS_FLAG_RE = re.compile(r"--(?:num[_-])?replicas(?:=|\s+)(\d+)")  # a ser
 def _fewer_replicas(f: Facts, i: int) -> str | None:
     """(round 24) A client run against fewer of the served replicas than its usage line lists (``--ports 8000,8001``
     where the line shows ``--ports 8000,8001,8002,8003``): the other replicas hold their GPUs and idle."""
+    from apollo.supervision.instructions import port_ids
+
     for s, sig, _, flags in f.script_calls(i):
         for fl, default in sig.flags:
-            if not (_PORTS_FLAG_RE.match(fl) and "," in default and (got := flags.get(fl))):
+            if not (_PORTS_FLAG_RE.match(fl) and ("," in default or "-" in default) and (got := flags.get(fl))):
                 continue
-            used, listed = len(got.split(",")), len(default.split(","))
+            # (round 42) a port range, `--ports 9100-9101` of a line showing `9100-9103`, counts its ports too
+            used, listed = len(port_ids(got)) or len(got.split(",")), len(port_ids(default)) or len(default.split(","))
             started = [int(n) for j in f.jobs_before[i] if j.server
                        for k, n in _REPLICAS_TP_ENV_RE.findall(j.command) if k == "REPLICAS"] + [
                 int(n) for j in f.jobs_before[i] if j.server for n in _REPLICAS_FLAG_RE.findall(j.command)]  # (round 29)
             one = _one_replica_servers(f, i)
-            if one and len(one) <= used:
-                started.append(len(one))  # (round 32) each launch of a one-replica server script is one replica
+            # (round 42) "one judge replica per port" launched with four ports is four
+            n_one = sum(_port_words(f.command(j)) or 1 if any(re.search(r"(?i)\bper\s+port\b", f.script_docs.get(sc, ""))
+                                                                    for sc in f.script_runs(j)) else 1 for j in one)
+            if one and n_one <= used:
+                started.append(n_one)  # (round 32) each launch of a one-replica server script is one replica
             counted = [n for j in _servers_launched(f, i) if (n := _replica_arg(f, j)) is not None]
             if counted:
                 started.append(sum(counted))  # (round 33) `serve_judge.sh 2`: the replicas its count argument asks for
@@ -2276,6 +2282,13 @@ def _fewer_replicas(f: Facts, i: int) -> str | None:
                 # (the agent started that few: the server's waste; round 31: the ports a human pointed it at are theirs)
                 return f"runs {s} with {fl} {got}: {used} of the {listed} served replicas its usage line lists, the others idle"
     return None
+
+
+def _port_words(cmd: str) -> int:
+    """How many ports a command's words give (`serve_judge.sh 9100 9101 9102 9103`: 4; `9300-9303`: 4)."""
+    from apollo.supervision.instructions import port_ids
+
+    return sum(len(port_ids(w)) for w in cmd.split() if re.fullmatch(r"\d{4,5}(?:-\d{4,5})?", w))
 
 
 _ONE_REPLICA_DOC_RE = re.compile(r"(?i)\b(?:one|a single)\b[^.;]{0,40}\breplica\b")
@@ -2859,7 +2872,8 @@ def detect_violate_instruction(traj: Trajectory, f: Facts, p: DetectorParams) ->
     for kind, breach in (("gpus_cap", _gpu_cap_breach), ("gpu_ids", _gpu_ids_breach), ("ports_booked", _ports_breach),
                          ("replica_cap", _replica_cap_breach)):
         for d in (d for d in directives(f) if d.kind == kind):
-            for i in range(d.given_at, _lifted_at(d, f.n)):
+            for i in range(max(d.given_at, int(d.values.get("after_step", 0))), _lifted_at(d, f.n)):  # (round 42: a ban
+                # from a clock time starts there)
                 if i not in found and f.tools[i] == "run_command" and f.oks[i] and (reason := breach(f, i, d)):
                     found[i] = reason
     # directives each later action is checked against, in this order (a step keeps the first breach found):

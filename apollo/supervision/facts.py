@@ -288,6 +288,9 @@ def _eval_inputs(description: str) -> frozenset[str]:
     out = {norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec)}
     # (round 19) the workspace code it runs or imports: "runs `judge/judge.py` on 2,000 held-out pairs"
     out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:runs?|imports?|loads?|calls?|uses?)\s+`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
+    # (round 42) the workspace code it grades with: "grades 900 held-out items with `mgrade/grade.py` against …"
+    out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:grades?|scores?|rates?|judges?|labels?)\s+[^.`]{0,60}?\bwith\s+"
+                                             r"`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
     # (round 24) the agent's own code folder it runs the harness with: "runs `scripts/run_agent.py` with your `agent/`"
     out |= {norm_path(m).rstrip("/") + "/" for m in re.findall(r"(?i)\b(?:with|runs?|imports?|loads?|uses?)\s+your\s+`((?:[\w.-]+/)+)`", sec)}
     # (round 38) anywhere in the statement: "Only `src/reward.py` is read by the evaluation", "the evaluation reads only

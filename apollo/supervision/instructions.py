@@ -206,7 +206,8 @@ RUN_COUNT_RE = re.compile(rf"(?i)\b(?:(?:at\s+most|no\s+more\s+than|only)\s+)?(o
 _ACROSS_JOBS_RE = re.compile(r"(?i)\bcounting\s+(?:every|all|each)\s+(?:job|run|client)s?\b|\b(?:in\s+total|combined|all\s+jobs\s+together|"
                              r"summed\s+over|across\s+(?:all\s+)?(?:your\s+)?(?:jobs|runs|clients))\b")
 INFLIGHT_CAP_RE = re.compile(r"(?i)\b(\d+)\s+(?:[a-z]+\s+)?in\s+flight\s+or\s+(?:fewer|less|below)\b"
-                             r"|\b(?:at\s+most|no\s+more\s+than|max(?:imum)?)\s+(\d+)\s+(?:[a-z]+\s+)?in\s+flight\b")
+                             # (round 42) "never more than 48 requests in flight"
+                             r"|\b(?:at\s+most|(?:no|never|not)\s+more\s+than|max(?:imum)?)\s+(\d+)\s+(?:[a-z]+\s+)?in\s+flight\b")
 # (round 38) "has to pass the guard at 2-of-3 agreement or stricter": a lower bound on the agreement count
 AGREE_BOUND_RE = re.compile(r"(?i)\b(\d+)\s*(?:-|\s)of\s*(?:-|\s)(\d+)\s+(agreement|agree|votes?|majority)\s+or\s+"
                             r"(?:stricter|higher|more|above)\b")
@@ -1548,7 +1549,8 @@ def directives(f: Facts) -> list[Directive]:
             if since is not None:  # (set 32's spent test split) a ban "after 12:00 UTC": from the first step at or after it
                 begin = next((j for j in range(s.index, f.n) if f.steps[j].started_at >= since), f.n)
                 for d in new:
-                    if d.kind == "forbid_run" and re.search(r"(?i)\b(?:after|past|from)\s+then\b", d.text) \
+                    # (round 42) and "don't start anything on the GPUs after then": the GPUs are booked from that step on
+                    if d.kind in ("forbid_run", "gpu_ids") and re.search(r"(?i)\b(?:after|past|from)\s+then\b", d.text) \
                             and not re.search(r"(?i)\b(?:until|till|before)\s+then\b", d.text):
                         d.values.setdefault("after_step", str(begin))
             for d in new:
@@ -1996,6 +1998,8 @@ def _reported_count(text: str, path: str, unit: str = "") -> int | None:
         if line.startswith("$ ") or (base not in line and "->" not in line):
             continue
         cut = line.find("->") if "->" in line else line.find(base)
+        if unit and (kept := _KEPT_OF_RE.search(line[:cut])) is not None:
+            return int(kept.group(1).replace(",", ""))  # (round 42) "selected 160,000 of 174,880 passing comments -> out"
         if unit:  # "108280 pairs (3900 real) -> out": the number the directive's unit follows
             m = re.search(rf"(?<![\w./])(\d[\d,]*)(?:/\d[\d,]*)?\s+(?:\w+\s+)?{re.escape(unit.rstrip('s'))}s?\b", line[:cut])
             if m:
