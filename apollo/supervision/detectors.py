@@ -1264,6 +1264,28 @@ def _runs_in_parallel(cmd: str, loop: re.Match, body: str) -> bool:
     return bool(_SHELL_PARALLEL_RE.search(body) or _SHELL_PARALLEL_RE.search(cmd[loop.end():loop.end() + 40]))
 
 
+def _port_call_per_item(code: str) -> str | None:
+    """(set 35's spent test split) A loop over rows whose body calls a function with a served port as a literal argument
+    (`for r in rows: print(grade(r, 9100))`), nothing concurrent: one request at a time through one replica."""
+    if not re.search(r"\b\d{4,5}\b", code) or re.search(r"Thread|Pool|asyncio|concurrent|gather", code):
+        return None
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.While)):
+            continue
+        for n in (n for b in loop.body for n in ast.walk(b)):
+            if isinstance(n, ast.Call) and any(isinstance(a, ast.Constant) and isinstance(a.value, int)
+                                               and 1024 <= a.value <= 65535 for a in n.args):
+                port = next(a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, int)
+                            and 1024 <= a.value <= 65535)
+                return f"calls {ast.unparse(n.func)}(…, {port}) " \
+                       "once per item in a loop: one request at a time through one port"
+    return None
+
+
 @lru_cache(maxsize=4096)
 def inline_one_at_a_time(cmd: str) -> str | None:
     """How a command generates one sample at a time by itself (None: it does not): the code of a
@@ -1273,7 +1295,7 @@ def inline_one_at_a_time(cmd: str) -> str | None:
         return None
     for code in inline_programs(cmd):
         # (set 28's spent test split) a here-document that runs a classifier's forward pass on one row at a time
-        how = one_at_a_time(code) or serial_forward(code)
+        how = one_at_a_time(code) or serial_forward(code) or _port_call_per_item(code)
         if how:
             return f"({'a here-document' if '<<' in cmd and '-c' not in cmd else 'a python -c one-liner'}) {how}"
     for m in _SHELL_LOOP_RE.finditer(cmd):
@@ -1300,6 +1322,9 @@ _MODEL_DOC_RE = re.compile(r"(?i)\bvLLM\b|\b\d+B\b|\bmodel\b|\bLLM\b|\bgenerat\w
                            r"\binference\b|\btensor[ -]parallel")
 
 
+_ONE_ITEM_SLICE_RE = re.compile(r"--(?:limit|n|max[_-]?(?:items|n|samples))[= ]1(?![\d.])")
+
+
 def _process_per_item(f: Facts, i: int) -> str | None:
     """A shell loop over many items (a ``seq`` of 50 or more, or the lines of a file) whose body starts a python
     process that runs the model: a provided script that loads or calls one (its line says so), or a one-liner
@@ -1309,7 +1334,8 @@ def _process_per_item(f: Facts, i: int) -> str | None:
         return None
     for m in _ITEM_LOOP_RE.finditer(cmd):
         body = next(g for g in (m.group(3), m.group(4), m.group(5), "") if g is not None)
-        if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < 49:
+        if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < (
+                9 if _ONE_ITEM_SLICE_RE.search(body) else 49):  # (set 35's spent test split: `--limit 1 --offset $i`, 40 times)
             continue
         if _runs_in_parallel(cmd, m, body):
             continue
@@ -1364,6 +1390,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
     cmd = f.command(i)
     if not _SMALL_ARG_RE.search(cmd):
         return None
+    if "=" in cmd and f.script_runs(i) and (env := _throttled_env(f, cmd)):
+        return env
     for s, sig, _, flags in f.script_calls(i):
         doc = f.script_docs[s]
         shown = {fl for fl, _ in sig.flags}
@@ -1378,7 +1406,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                 # round 12: 8× or more below the default, `--concurrency 4` of 48, `--batch-size 16` of 512)
                 return f"runs {s} with {fl} {got} (its usage line shows {fl} {default}): " + \
                     ("one item at a time" if got == "1" else f"{int(default) // int(got)}× fewer at a time")
-            if _WORKERS_FLAG_RE.match(fl) and flags.get(fl) == "1" and re.search(
+            few = flags.get(fl) == "1" or (got.isdigit() and default.isdigit() and 0 < int(got) <= 4
+                                           and int(got) * 8 <= int(default))  # (set 35's spent test split: 2 of 32)
+            if _WORKERS_FLAG_RE.match(fl) and few and re.search(
                     rf"(?i)\bin\s+{re.escape(default)}\s+parallel\b|\bparallel\s+(?:workers|requests|clients)\b"
                     # (round 16) "the scaffold on N dev documents, W at a time" (`--workers {W}`)
                     + (rf"|(?<![\w-]){re.escape(default)}\s+(?:at\s+a\s+time|in\s+parallel|concurrently)\b" if default else "")
@@ -1386,7 +1416,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                     + r"|\bwith\s+[A-Z]\s+(?:threads|parallel\s+workers|concurrent\s+requests)\b"
                     # (round 42) "WORKERS games at a time" (AutoHotkey's `--workers 32`), "WORKERS items at a time"
                     + r"|(?-i:\b[A-Z][A-Z_]+)\s+(?:[a-z]+\s+)?at\s+a\s+time\b", doc or ""):
-                return f"runs {s} with {fl} 1 (its line runs it in parallel workers): one item at a time"
+                return f"runs {s} with {fl} {got} (its line runs it in parallel workers): " + \
+                    ("one item at a time" if got == "1" else f"{got} at a time")
         # (round 23) a batch size of 1 for a GPU dev check whose line gives no batch size (`dev_f1.py --ckpt DIR` run with
         # `--batch-size 1`): one example per forward pass where the script batches by default
         bs = next((fl for fl in flags if _ONE_BATCH_FLAG_RE.match(fl) and flags[fl] == "1" and fl not in shown), None)
@@ -1402,6 +1433,23 @@ def _serial_flag(f: Facts, i: int) -> str | None:
         few = next((fl for fl in flags if _CONCURRENCY_FLAG_RE.match(fl) and flags[fl] in ("1", "2") and fl not in shown), None)
         if few and _ASYNC_DOC_RE.search(doc):
             return f"runs {s} with {few} {flags[few]} where its line sends batched async requests: {flags[few]} at a time"
+    return None
+
+
+_ENV_SETTING_RE = re.compile(r"(?:^|[\s;&(])((?:[A-Z]+_)*(?:BATCH|BS|CONCURRENCY|INFLIGHT|IN_FLIGHT|WORKERS)(?:_[A-Z]+)*)=(\d+)(?=\s)")
+
+
+def _throttled_env(f: Facts, cmd: str) -> str | None:
+    """(set 35's spent test split) `BATCH=1 bash scripts/score_relevance.sh 2 2` where the task says "the batch size is the
+    `BATCH` environment variable, 256 by default": a batched path run a few at a time (8x or more below its default)."""
+    for m in _ENV_SETTING_RE.finditer(cmd):
+        name, got = m.group(1), int(m.group(2))
+        d = re.search(rf"`?{name}`?\s+(?:environment\s+)?variable,?\s+(\d+)\s+by\s+default|`?{name}`?[^.;]{{0,40}}?\(default\s+(\d+)\)",
+                      f.description)
+        default = int(d.group(1) or d.group(2)) if d else 0
+        if 0 < got <= 4 and got * 8 <= default:
+            return f"runs with {name}={got} where the task gives {default} by default: " + \
+                ("one item at a time" if got == 1 else f"{default // got}x fewer at a time")
     return None
 
 
@@ -1894,6 +1942,10 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
     that a later change before ``end`` uses, or files it does not name."""
     if _provided_run_under_own_training(f, i):
         return False
+    if _evaluates_own_files_only(f) and (runs := f.script_runs(i)) and all(r in f.scripts for r in runs) \
+            and not inline_programs(f.command(i)) and not any(e in f.command(i) for e in f.eval_inputs):
+        return False  # (set 35's spent test split) the evaluation runs its recipe on the agent's own files (`src/reward.py`):
+        # a provided script's run (a GRPO run, a dev check) that does not name them changes nothing it evaluates
     outs, known = _run_writes(f, i)
     if not known:
         return True
@@ -1908,6 +1960,12 @@ def _feeds_result(f: Facts, i: int, end: int) -> bool:
     # a file derived from it and named after it (swap.json → swap.checked.json, made by a checker in the same line)
     stems = {os.path.basename(o).split(".", 1)[0] for o in outs} - {""}
     return any(len(st) >= 3 and re.search(rf"(?:^|[\s/='\"]){re.escape(st)}\.\w+\.\w+", later) for st in stems)
+
+
+def _evaluates_own_files_only(f: Facts) -> bool:
+    """What the evaluation reads is known and is only workspace files outside outputs/ (the agent's code and configs)."""
+    return bool(f.eval_inputs) and all(not e.startswith("outputs/") and not e.endswith("/") and "." in e.rsplit("/", 1)[-1]
+                                       for e in f.eval_inputs)
 
 
 def _run_writes(f: Facts, i: int) -> tuple[set[str], bool]:
@@ -2194,6 +2252,20 @@ _BUSY = (" is busy", "still running", ": running")
 _SERIAL_LOOP_RE = re.compile(r"\bfor\s+\w+\s+in\s+[^;]+;\s*do\b(?:(?!&\s*(?:done|;)|\bdone\b).)*\bdone\b")
 
 
+_NGPU_DEFAULT_RE = re.compile(r"(?i)\b(?:N_?GPUS?|NUM_?GPUS|GPUS)\s+GPUs\s*\((\d+)\s+(?:on\s+this\s+node|by\s+default)\b")
+
+
+def _gpu_count_below_default(f: Facts, i: int, used: int, pool: int) -> str | None:
+    """(set 35's spent test split) A background run passes its line's GPU-count argument below the count the line gives
+    for this node ("on NGPU GPUs (8 on this node)", run with 6), with no other GPU job up: the rest idles for the run."""
+    for s in f.script_runs(i):
+        m = _NGPU_DEFAULT_RE.search(f.script_docs.get(s, ""))
+        if m and used < int(m.group(1)) <= pool and not any(j.server or gpu_job(f, j.step)[0] for j in f.jobs_before[i]
+                                                              if not _waited_and_evaluated(f, j, i)):
+            return f"ran {s} on {used} GPU(s) where its line gives {m.group(1)} on this node: {int(m.group(1)) - used} idle"
+    return None
+
+
 def _waited_and_evaluated(f: Facts, job: Any, i: int) -> bool:
     """Before step ``i``, the agent slept after starting ``job`` (not a server) and then spent an eval: it took
     the job as finished (the eval scored what it made), so its GPUs count as free."""
@@ -2291,7 +2363,7 @@ def _port_words(cmd: str) -> int:
     return sum(len(port_ids(w)) for w in cmd.split() if re.fullmatch(r"\d{4,5}(?:-\d{4,5})?", w))
 
 
-_ONE_REPLICA_DOC_RE = re.compile(r"(?i)\b(?:one|a single)\b[^.;]{0,40}\breplica\b")
+_ONE_REPLICA_DOC_RE = re.compile(r"(?i)\b(?:one|a single)\b(?:[^.;]|\.(?=\S)){0,48}\breplica\b")  # (set 35: "one Qwen2.5-32B … replica")
 
 
 def _one_replica_servers(f: Facts, i: int) -> list[int]:
@@ -2335,11 +2407,13 @@ def _replica_arg(f: Facts, i: int) -> int | None:
         if re.search(r"(?i)\breplicas\b", f.script_docs.get(s, "")) and (
                 m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=\s|$)", f.command(i))):
             return int(m.group(1))
-        if re.search(r"(?i)\breplicas\b", f.script_docs.get(s, "")) and (ports := _script_ports(f.command(i), s)):
-            return len(ports)  # (set 29's spent test split) `serve_judge.sh 8700-8701`: one replica per port given
+        if _REPLICA_WORD_RE.search(f.script_docs.get(s, "")) and (ports := _script_ports(f.command(i), s)):
+            return len(ports)  # (set 29's spent test split) `serve_judge.sh 8700-8701`: one replica per port given (set
+            # 35's: "one writer replica … per port given as a word")
     return None
 
 
+_REPLICA_WORD_RE = re.compile(r"(?i)\breplicas\b|\breplica\b[^;]{0,80}?\bper\s+port\b")
 _PORT_ARGS_RE = r"((?:\d{4,5}(?:\s*[-\u2013]\s*\d{4,5})?)(?:[\s,]+\d{4,5}(?:\s*[-\u2013]\s*\d{4,5})?)*)(?=[\s\"',;)}\]]|$)"
 
 
@@ -2501,6 +2575,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif p.flag_gpu_underuse and pool and pool >= 2 and f.background(i) and (sh := _unsharded(f, i)):
                 out.append(_drop(i, "resource_waste", sh))
             elif p.flag_gpu_underuse and pool and pool >= 2 and gpu and used == 1 and _SERIAL_LOOP_RE.search(cmd) \
+                    and not _process_per_item(f, i) \
                     and not any(j.server or gpu_job(f, j.step)[0] for j in f.jobs_before[i]):  # (round 29: a CPU job beside
                 # it leaves the GPUs free all the same)
                 # (round 21) `for m in mixes/*; do CUDA_VISIBLE_DEVICES=0 bash train_proxy.sh $m …; done`: one job after
@@ -2512,6 +2587,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif p.flag_gpu_underuse and f.is_server(i) and pool and pool >= 2 and not _fills_cap(f, i) and (
                     srv := _lone_server(f, i, pool) or _replicas_left_unstarted(f, i) or _replica_count_lowered(f, i)):
                 out.append(_drop(i, "resource_waste", srv))
+            elif p.flag_gpu_underuse and gpu and used is not None and pool and f.background(i) \
+                    and (below := _gpu_count_below_default(f, i, used, pool)):
+                out.append(_drop(i, "resource_waste", below))
             elif p.flag_gpu_underuse and gpu and used is not None and pool is not None and pool >= 2 \
                     and not _documented_count(f, i, used) and not _rest_started_next(f, i) \
                     and not f.is_server(i) and not any(_short_check(f, s) for s in runs if s not in _lowered_gpu_flags(f, i)) \
@@ -3353,6 +3431,9 @@ def _gpu_ids_breach(f: Facts, i: int, d: Any) -> str | None:
     if not gpu:
         return None
     ids = job_gpu_ids(f.command(i))
+    if not ids and used and (first := re.search(r"(?:^|\s)(?:FIRST_GPU|GPU_OFFSET|START_GPU|BASE_GPU)=(\d+)\b", f.command(i))):
+        ids = set(range(int(first.group(1)), int(first.group(1)) + used))  # (set 35's spent test split) `FIRST_GPU=2 bash
+        # scripts/serve_writer.sh 8901` (one TP-2 replica): GPUs 2-3
     if ids:
         bad = sorted(ids - allowed)
         if bad:

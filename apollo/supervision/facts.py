@@ -291,6 +291,10 @@ def _eval_inputs(description: str) -> frozenset[str]:
     # (round 42) the workspace code it grades with: "grades 900 held-out items with `mgrade/grade.py` against …"
     out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:grades?|scores?|rates?|judges?|labels?)\s+[^.`]{0,60}?\bwith\s+"
                                              r"`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
+    # (set 35's spent test split) its own files: "runs the fixed GRPO recipe with your `src/reward.py`", "trains … with your
+    # `src/seg_loss.py` and `configs/loss.yaml`"
+    for m in re.finditer(r"(?i)\b(?:with|runs?|imports?|loads?|uses?)\s+your\s+((?:`(?:[\w.-]+/)+[\w.-]+\.\w+`(?:,\s*|\s+and\s+)?)+)", sec):
+        out |= {norm_path(p) for p in re.findall(r"`([^`]+)`", m.group(1))}
     # (round 24) the agent's own code folder it runs the harness with: "runs `scripts/run_agent.py` with your `agent/`"
     out |= {norm_path(m).rstrip("/") + "/" for m in re.findall(r"(?i)\b(?:with|runs?|imports?|loads?|uses?)\s+your\s+`((?:[\w.-]+/)+)`", sec)}
     # (round 38) anywhere in the statement: "Only `src/reward.py` is read by the evaluation", "the evaluation reads only
@@ -503,6 +507,8 @@ def signature(doc: str) -> Signature | None:
         doc = _HATCH_ARGS_RE.sub("ARGS", doc)
     if doc and "{self." in doc:  # (set 23's spent test split) a Luigi task's f-string `{self.shard}`: the parameter's name
         doc = doc.replace("{self.", "{")
+    if doc and '"source": [' in doc:  # (set 35's spent test split) a notebook cell `"source": ["!bash x.sh CFG NGPU"]`: the
+        doc = doc.replace('"]', ' "]')  # string's closing quote ends the usage, it is no part of its last word
     if doc and "`," in doc:  # (round 42) AutoHotkey escapes a comma in a Run line: `--ports 9700`,9701`
         doc = doc.replace("`,", ",")
     if doc and "%" in doc:  # (set 34's spent test split) a format string's `--inflight %d`: a placeholder
@@ -529,6 +535,9 @@ def signature(doc: str) -> Signature | None:
     if args is None:
         return None
     toks = [t for t in re.split(r"[\s\[\]]+", args or "") if t]
+    # (set 35's spent test split) a notebook cell's `"!bash scripts/grpo.sh configs/grpo.yaml NGPU"]`: the string's closing
+    # quote is no part of the last word
+    toks = [re.sub(r"[\"']+[}),;]*$", "", t) if (t.count('"') + t.count("'")) % 2 else t for t in toks]
     toks = [t[1:-1] if re.fullmatch(r"\{[A-Z][A-Z0-9_]*\}", t) else t for t in toks]  # (round 16) a Snakefile's `{W}`
     # (round 25) an f-string's / invoke task's `{out}`: the parameter's name, as a placeholder
     toks = [t[1:-1].upper() if re.fullmatch(r"\{[a-z][a-z0-9_]*\}", t) else t for t in toks]

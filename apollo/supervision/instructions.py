@@ -190,7 +190,10 @@ RUN_CAP_RE = re.compile(r"(?i)" + _CAP_LEAD + r"\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+
                         r"([a-z]{3,})\s+(?:per|in\s+(?:a|any|each|one))\s+(?:single\s+)?([a-z]{4,})\s+(?:run|job|pass)\b"
                         # (set 33's spent test split) "no more than 34,000 cases go to the writer in total"
                         r"|\b(?:at\s+most|no\s+more\s+than|up\s+to)\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+([a-z]{3,})\s+"
-                        r"(?:go|goes|are\s+sent|get\s+sent)\s+to\s+the\s+([a-z]{4,})\b")
+                        r"(?:go|goes|are\s+sent|get\s+sent)\s+to\s+the\s+([a-z]{4,})\b"
+                        # (set 35's spent test split) "keep dev runs to 100 games at most"
+                        r"|\bkeep\s+(?:the\s+|your\s+)?([a-z]{3,})\s+(?:runs?|jobs?|passes)\s+to\s+(\d{1,3}(?:,\d{3})+|\d+k?)\s+"
+                        r"([a-z]{3,})\s+(?:at\s+most|or\s+(?:fewer|less))\b")
 _LIMIT_FLAG_RE = re.compile(r"--(?:limit|max[_-]?(?:items|cases|rows|examples|samples|n)|num[_-]?(?:items|cases|samples)|n)(?:=|\s+)"
                             r"(\d[\d_,]*k?)\b")
 # (set 33's spent test split) "outputs/ on this node is capped at 40 GB. Please don't put copies of the pool there": no copy
@@ -1315,13 +1318,13 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         res.append(d("bound", rf"(?i)(?:^|[_.-])(?:max_?)?{noun}s?(?:_per_{unit}s?)?(?:_?(?:cap|max|limit))?$"
                                rf"|(?:^|[_.-])(?:max_?)?(?:{noun}s?_)?per_{unit}s?(?:_?(?:cap|max|limit))?$",
                      {"op": "le", "v": str(n), "match": "regex", "topic": f"{noun} per {unit}"}))
-    if " per " in sent or " in " in sent or " to the " in sent:
+    if " per " in sent or " in " in sent or " to the " in sent or " at most" in sent or " or fewer" in sent:
         for mr in RUN_CAP_RE.finditer(sent):
-            v = (mr.group(1) or mr.group(4)).lower().replace(",", "")
+            v = (mr.group(1) or mr.group(4) or mr.group(8)).lower().replace(",", "")
             v = str(int(v[:-1]) * 1000) if v.endswith("k") else v
-            stem = re.sub(r"(?:ing|ers?|s)$", "", (mr.group(3) or mr.group(6)).lower())
+            stem = re.sub(r"(?:ing|ers?|s)$", "", (mr.group(3) or mr.group(6) or mr.group(7)).lower())
             if len(stem) >= 3:
-                res.append(d("run_cap", stem, {"v": v, "noun": (mr.group(2) or mr.group(5)).lower()}))
+                res.append(d("run_cap", stem, {"v": v, "noun": (mr.group(2) or mr.group(5) or mr.group(9)).lower()}))
     if "cop" in sent and (mn := NO_COPY_INTO_RE.search(sent)) is not None:
         where = mn.group(2).strip("`")
         if where.lower() == "there":
