@@ -4293,3 +4293,35 @@ def test_spent_split_35_replicas_per_port_notebook_usages_gpu_defaults_and_one_i
     assert 1 in drops(traj(*first, desc=DESC, facts=facts), "violate_instruction")
     assert _eval_inputs("## Evaluation\nThe evaluation trains the model with your `src/seg_loss.py` and `configs/loss.yaml` "
                         "by the fixed recipe.\n") >= {"src/seg_loss.py", "configs/loss.yaml"}
+
+
+def test_round_43_pascal_argv_variables_raku_quotes_third_person_cues_and_parenthesized_bounds():
+    """Round 43 (set 36's dev split): a Free Pascal `ExecuteProcess('bash', ['scripts/train_depth.sh', cfg, ngpu, 'o'])`
+    names its variables (NGPU: `… 2 outputs/run` of a 4-GPU pool idles two); a Raku `run «bash scripts/x.sh $shard $gpu
+    256»` keeps its last word; "every writing run keeps the writer temperature between 0.6 and 0.9" is a bound; "at most 8
+    candidates per call (n ≤ 8)" bounds `n` too; a job that runs work of its own before a provided script (`torchrun … &&
+    python scripts/dev_metrics.py`) has no stated length, so a second sleep on it is not judged."""
+    from apollo.supervision.facts import signature
+
+    pascal = ("The evaluation's fixed recipe: trains the model on ngpu GPUs (about 11 minutes an epoch on 4) 'train': "
+              "ExecuteProcess('bash', ['scripts/train_depth.sh', cfg, ngpu, 'outputs/run']);")
+    assert signature(pascal).positional == ("CFG", "NGPU", "outputs/run")
+    raku = "Scores one shard, BATCH pairs at a time multi MAIN('explain', Int $shard, Int $gpu) { run \u00abbash scripts/score_explain.sh $shard $gpu 256\u00bb }"
+    assert signature(raku).positional == ("SHARD", "GPU", "256")
+    pool4 = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": {"scripts/train_depth.sh": pascal}})
+    assert 0 in drops(traj(bg("bash scripts/train_depth.sh configs/loss.yaml 2 outputs/run", "tr"), desc=DESC, facts=pool4),
+                      "resource_waste")
+    assert [(x.target, x.values["op"], x.values["v"]) for x in extract(
+        "Heads-up: every writing run keeps the writer temperature between 0.6 and 0.9.")] == [
+        ("temperature", "ge", "0.6"), ("temperature", "le", "0.9")]
+    assert ("(?:^|[_.-])n$", "le", "8") in [(x.target, x.values["op"], x.values["v"]) for x in extract(
+        "hard limit for this run: at most 8 candidates per call (n \u2264 8).")]
+    dev = {"scripts/dev_metrics.py": "- `python scripts/dev_metrics.py --ckpt CKPT`: dev metrics of a checkpoint, one GPU "
+                                     "(about 6 minutes)"}
+    dfacts = FACTS.model_copy(update={"scripts": dev})
+    naps = [st("sleep", {"seconds": 1800}, "Slept 1800 s."), st("sleep", {"seconds": 1500}, "Slept 1500 s.")]
+    own = bg("torchrun --nproc_per_node 2 -m depth_trainer --epochs 3 --out outputs/quick && python scripts/dev_metrics.py "
+             "--ckpt outputs/quick/last.pt", "quick")
+    assert 2 not in drops(traj(own, *naps, desc=DESC, facts=dfacts), "resource_waste")
+    alone = bg("python scripts/dev_metrics.py --ckpt outputs/run/last.pt", "dev")
+    assert 2 in drops(traj(alone, *naps, desc=DESC, facts=dfacts), "resource_waste")

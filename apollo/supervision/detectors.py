@@ -3289,6 +3289,10 @@ def _unchecked_sleep_again(f: Facts, i: int) -> str | None:
     slept = sum(_secs(f, k) for k in range(start + 1, i))
     longest = 0.0
     for j in waits:
+        if any(part.strip() and not f.script_runs(j.step) or (part.strip() and not _script_runs(part))
+               for part in re.split(r"&&|\|\||;", j.command)):
+            return None  # (round 43) a job that also runs work of its own (`torchrun … && python scripts/dev.py`): its length
+            # is not what the provided script's line states
         stated = [d for d in (_whole_run_secs(f.script_docs.get(s, "")) for s in f.script_runs(j.step)) if d]
         if not stated or _serial_flag(f, j.step) or _smaller_than_line(f, j.step):
             return None  # a job of unknown length (or run slower than its line): more sleep may be what it needs

@@ -509,6 +509,8 @@ def signature(doc: str) -> Signature | None:
         doc = doc.replace("{self.", "{")
     if doc and '"source": [' in doc:  # (set 35's spent test split) a notebook cell `"source": ["!bash x.sh CFG NGPU"]`: the
         doc = doc.replace('"]', ' "]')  # string's closing quote ends the usage, it is no part of its last word
+    if doc and ("\u00ab" in doc or "\u00bb" in doc):  # (round 43) a Raku `run «bash scripts/x.sh $shard $gpu 256»`
+        doc = doc.replace("\u00ab", " ").replace("\u00bb", " ")
     if doc and "`," in doc:  # (round 42) AutoHotkey escapes a comma in a Run line: `--ports 9700`,9701`
         doc = doc.replace("`,", ",")
     if doc and "%" in doc:  # (set 34's spent test split) a format string's `--inflight %d`: a placeholder
@@ -682,7 +684,11 @@ def _argv_usage(doc: str) -> str | None:
             if q is None and "line=" in doc and (a := _ANT_ARG_LINE_RE.search(doc)):
                 return a.group(1)  # (round 41) an Ant `<arg line="scripts/score_coherence.sh SHARD GPU"/>`
             return q.group(1) if q else None
-        items = [x.strip().strip("\"'") for x in m.group(1).split(",")]
+        raw = [x.strip() for x in m.group(1).split(",")]
+        quoted = any(x[:1] in "\"'" for x in raw)
+        # (round 43) a Free Pascal `['scripts/train_depth.sh', cfg, ngpu, 'outputs/run']`: beside quoted items, a bare
+        # identifier is the step's variable (a placeholder, named in capitals)
+        items = [x.upper() if quoted and re.fullmatch(r"[a-z_][a-z0-9_]*", x) else x.strip("\"'") for x in raw]
         at = next(k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x))
         return " ".join(x for x in items[at + 1:] if x)
     if m.group(1) is None:

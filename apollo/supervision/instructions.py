@@ -211,6 +211,7 @@ _ACROSS_JOBS_RE = re.compile(r"(?i)\bcounting\s+(?:every|all|each)\s+(?:job|run|
 INFLIGHT_CAP_RE = re.compile(r"(?i)\b(\d+)\s+(?:[a-z]+\s+)?in\s+flight\s+or\s+(?:fewer|less|below)\b"
                              # (round 42) "never more than 48 requests in flight"
                              r"|\b(?:at\s+most|(?:no|never|not)\s+more\s+than|max(?:imum)?)\s+(\d+)\s+(?:[a-z]+\s+)?in\s+flight\b")
+_PAREN_BOUND_RE = re.compile(r"\(\s*([a-z_][a-z0-9_]{0,30})\s*(\u2264|<=|=<|\u2265|>=)\s*(\d+(?:\.\d+)?)\s*\)")
 # (round 38) "has to pass the guard at 2-of-3 agreement or stricter": a lower bound on the agreement count
 AGREE_BOUND_RE = re.compile(r"(?i)\b(\d+)\s*(?:-|\s)of\s*(?:-|\s)(\d+)\s+(agreement|agree|votes?|majority)\s+or\s+"
                             r"(?:stricter|higher|more|above)\b")
@@ -1269,6 +1270,11 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
                                                      for x in out + res):
         # (round 12) "please do ONE distractor per problem (k=1)": the value in parentheses is what to use
         res.append(d("keep", m.group(1).lstrip("-").replace("-", "_"), {"v": m.group(2), "match": "exact"}))
+    for mk in _PAREN_BOUND_RE.finditer(sent):  # (round 43) "at most 8 candidates per call (n \u2264 8)": the key named
+        # in the parenthesis is bounded too
+        if not any(x.kind == "bound" and x.target == rf"(?:^|[_.-]){mk.group(1)}$" for x in res):
+            res.append(d("bound", rf"(?:^|[_.-]){mk.group(1)}$", {"op": "le" if mk.group(2) in ("\u2264", "<=", "=<") else "ge",
+                                                                  "v": mk.group(3), "match": "regex"}))
     m = NO_CONCURRENT_RE.search(sent)
     if m:  # (round 12) "Please don't run two dev runs at the same time"
         res.append(d("no_concurrent", next(g for g in m.groups() if g).lower()))
@@ -2798,7 +2804,7 @@ _G_WEIGHT_RE = re.compile(r"(?i)\b([a-z]{3,})\s+(?:weight|coef(?:ficient)?)\b(?!
 _G_WEIGHT_STOP = frozenset({"the", "its", "this", "that", "each", "every", "any", "loss", "class", "sample", "model", "new",
                             "same", "total", "reward", "your", "our", "their", "which", "what"})
 _G_NUM_RE = re.compile(r"(?<![\w.-])(-?\d[\d,]*(?:\.\d+)?(?:[eE]-?\d+)?)(k|K|%)?(?!\w|\.\d|,\d)")
-_G_CUE_RE = re.compile(r"(?i)\b(?:keep|kept|use|set|stay|stays|remain|remains|stick|cap|capped|limit|leave|fix|pin|hold|must|should|need|needs|"
+_G_CUE_RE = re.compile(r"(?i)\b(?:keep|keeps|kept|use|set|stay|stays|remain|remains|stick|cap|capped|limit|leave|fix|pin|hold|must|should|need|needs|"
                        r"only|never|don'?t|do\s+not|no\s+more|at\s+most|at\s+least|make\s+sure|ensure|aim|avoid|"
                        r"not\s+(?:above|over|below|under|exceed|more|less|higher|lower)|no\s+(?:higher|lower|more|less|fewer)\s+than|"
                        r"or\s+(?:higher|lower|more|less|above|below|greater|smaller))\b")
