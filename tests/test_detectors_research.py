@@ -4325,3 +4325,25 @@ def test_round_43_pascal_argv_variables_raku_quotes_third_person_cues_and_parent
     assert 2 not in drops(traj(own, *naps, desc=DESC, facts=dfacts), "resource_waste")
     alone = bg("python scripts/dev_metrics.py --ckpt outputs/run/last.pt", "dev")
     assert 2 in drops(traj(alone, *naps, desc=DESC, facts=dfacts), "resource_waste")
+
+
+def test_spent_split_36_unclosed_quotes_and_one_item_file_loops():
+    """From blind_research36's spent test split: bash's "unexpected EOF while looking for matching" (an unclosed quote
+    in a `python -c`) is a compile error; a loop of 40 that writes one request to a file and runs the provided dev script
+    on it each time loads the model per item (inefficient_inference); 5 iterations, or the whole file, are not that."""
+    from apollo.supervision.symbolic import RuleSet
+
+    rs = RuleSet.load()
+    bad = run("python -c \"print(1)", "$ python -c \"print(1)\nbash: -c: line 1: unexpected EOF while looking for matching `\"'\n\n"
+              "[finished, exit code 2]", code=2)
+    hit = rs.first_match(bad)
+    assert hit is not None and hit[0].category == "compile_error"
+    dev = {"scripts/dev_ffmpeg.py": "- `python scripts/dev_ffmpeg.py --ckpt CKPT --requests F`: serves a checkpoint with vLLM "
+                                    "on one GPU and scores the dev requests (about 8 minutes)"}
+    facts = FACTS.model_copy(update={"scripts": dev})
+    loop = ("for i in $(seq 1 40); do sed -n ${i}p data/dev.jsonl > outputs/one.jsonl; python scripts/dev_ffmpeg.py "
+            "--ckpt m --requests outputs/one.jsonl; done > outputs/dev40.txt")
+    assert 0 in drops(traj(run(loop), desc=DESC, facts=facts), "inefficient_inference")
+    assert drops(traj(run(loop.replace("seq 1 40", "seq 1 5")), desc=DESC, facts=facts), "inefficient_inference") == {}
+    whole = "python scripts/dev_ffmpeg.py --ckpt m --requests data/dev.jsonl"
+    assert drops(traj(run(whole), desc=DESC, facts=facts), "inefficient_inference") == {}
