@@ -1328,16 +1328,17 @@ _COUNTED_LOOP_RE = re.compile(r"(?s)\bfor\s+\w+\s+in\s+\$\(\s*(?:seq\s+(?:\d+\s+
 
 def _one_item_file_loop(f: Facts, cmd: str) -> str | None:
     """(set 36's spent test split) A loop that writes one item to a file each iteration (`sed -n ${i}p requests.jsonl >
-    one.jsonl`, `echo $s > one_scene.txt`) and runs a provided model script on it, ten times or more, one after another:
-    the model is loaded for every item."""
+    one.jsonl`, `echo $s > one_scene.txt`) and runs a provided model script on it, 30 times or more (the 50-item loops are
+    :func:`_process_per_item`'s own), one after another: the model is loaded for every item."""
     for m in _COUNTED_LOOP_RE.finditer(cmd):
         n, body = int(m.group(1) or m.group(2)), m.group(3)
-        if n < 10 or not _ONE_ITEM_FILE_RE.search(body) or _runs_in_parallel(cmd, m, body):
+        if n < 30 or not _ONE_ITEM_FILE_RE.search(body) or _runs_in_parallel(cmd, m, body):
             continue
         runs = [s for s in _script_runs(body) if s in f.script_docs and (
             _MODEL_DOC_RE.search(f.script_docs[s]) or re.search(r"(?i)\bcheckpoint\b|\bGPU\b", f.script_docs[s]))]
         if runs:
-            return f"runs {runs[0]} once per item in a loop of {n} one-item files: the model is loaded for every item"
+            return f"runs {runs[0]} once per item in a shell loop over {n:,} items, one item file each: the model is " \
+                "loaded for every item"
     return None
 
 
@@ -1351,8 +1352,6 @@ def _process_per_item(f: Facts, i: int) -> str | None:
     cmd = f.command(i)
     if "do" not in cmd or "python" not in cmd:
         return None
-    if (one := _one_item_file_loop(f, cmd)) is not None:
-        return one
     for m in _ITEM_LOOP_RE.finditer(cmd):
         body = next(g for g in (m.group(3), m.group(4), m.group(5), "") if g is not None)
         if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < (
@@ -1368,7 +1367,7 @@ def _process_per_item(f: Facts, i: int) -> str | None:
             return f"runs {runs[0]} once per item in a shell loop over {n}: the model is loaded (or called) per item"
         if any(_MODEL_CALL_RE.search(code) for code in inline_programs(body)):
             return f"starts one python process per item in a shell loop over {n}, each calling the model once"
-    return None
+    return _one_item_file_loop(f, cmd)
 
 
 # a batch or concurrency flag: set to 1 where the script's usage line shows a larger default, one item at a time
