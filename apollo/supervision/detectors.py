@@ -1277,10 +1277,9 @@ def _port_call_per_item(code: str) -> str | None:
         if not isinstance(loop, (ast.For, ast.While)):
             continue
         for n in (n for b in loop.body for n in ast.walk(b)):
-            if isinstance(n, ast.Call) and any(isinstance(a, ast.Constant) and isinstance(a.value, int)
-                                               and 1024 <= a.value <= 65535 for a in n.args):
-                port = next(a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, int)
-                            and 1024 <= a.value <= 65535)
+            port = next((a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, int)
+                         and 1024 <= a.value <= 65535), None) if isinstance(n, ast.Call) else None
+            if port is not None:
                 return f"calls {ast.unparse(n.func)}(…, {port}) " \
                        "once per item in a loop: one request at a time through one port"
     return None
