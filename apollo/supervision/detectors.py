@@ -62,7 +62,7 @@ import json
 import os
 import re
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -1067,6 +1067,26 @@ def _loop_iters_batches(loop: Any) -> bool:
     return any(batch_slice(n) for n in ast.walk(loop))
 
 
+_STMT_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _loop_bodies(tree: Any, kinds: tuple[type, ...] = _STMT_LOOPS,
+                 skip_batches: bool = True) -> Iterator[tuple[Any, list[Any]]]:
+    """Each loop of ``tree`` of the given kinds with what it does once per item: a statement loop's body, a
+    comprehension's element (a dict comprehension's key and value). ``skip_batches`` leaves out loops over batches
+    (:func:`_loop_iters_batches`): their body is one batched call per batch, not one call per item."""
+    for loop in ast.walk(tree):
+        if not isinstance(loop, kinds):
+            continue
+        if isinstance(loop, _COMPREHENSIONS):
+            if skip_batches and any(_loop_iters_batches(g) for g in loop.generators):
+                continue
+            yield loop, [loop.key, loop.value] if isinstance(loop, ast.DictComp) else [loop.elt]
+        elif not (skip_batches and _loop_iters_batches(loop)):
+            yield loop, loop.body
+
+
 def _batched_arg(call: Any, body: list[Any]) -> bool:
     """vLLM's ``generate`` called on a list built per turn (``prompts = [... for i in live]``, or the
     comprehension itself): one batched call per turn of a multi-turn loop, not one prompt at a time."""
@@ -1171,18 +1191,7 @@ def one_at_a_time(code: str) -> str | None:
     clients = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                and ast.unparse(n.value.func).endswith("Client") for t in n.targets if isinstance(t, ast.Name)} \
         if "Client(" in code and not concurrent else set()
-    for loop in ast.walk(tree):
-        if isinstance(loop, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            # a comprehension: its element is done once per item
-            if any(_loop_iters_batches(g) for g in loop.generators):
-                continue
-            body = [loop.key, loop.value] if isinstance(loop, ast.DictComp) else [loop.elt]
-        elif isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
-            if _loop_iters_batches(loop):
-                continue
-            body = loop.body
-        else:
-            continue
+    for loop, body in _loop_bodies(tree, _STMT_LOOPS + _COMPREHENSIONS):
         for node in (n for b in body for n in ast.walk(b)):
             if pipes and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in pipes:
                 return f"calls the transformers pipeline {node.func.id}() once per sample inside a loop"
@@ -1228,10 +1237,8 @@ def serial_forward(code: str) -> str | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return None
-    for loop in ast.walk(tree):
-        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or _loop_iters_batches(loop):
-            continue
-        nodes = [n for b in loop.body for n in ast.walk(b)]
+    for _, body in _loop_bodies(tree):
+        nodes = [n for b in body for n in ast.walk(b)]
         # (round 42) a batched scorer called on a list of one, each iteration (`clf.score([text])[0]` over 3,000 rows)
         one = next((n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                     and n.func.attr in _BATCH_METHODS and n.args and isinstance(n.args[0], ast.List)
@@ -1273,10 +1280,8 @@ def _port_call_per_item(code: str) -> str | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return None
-    for loop in ast.walk(tree):
-        if not isinstance(loop, (ast.For, ast.While)):
-            continue
-        for n in (n for b in loop.body for n in ast.walk(b)):
+    for _, body in _loop_bodies(tree, (ast.For, ast.While), skip_batches=False):
+        for n in (n for b in body for n in ast.walk(b)):
             port = next((a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, int)
                          and 1024 <= a.value <= 65535), None) if isinstance(n, ast.Call) else None
             if port is not None:
