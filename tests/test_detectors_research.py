@@ -4347,3 +4347,101 @@ def test_spent_split_36_unclosed_quotes_and_one_item_file_loops():
     assert drops(traj(run(loop.replace("seq 1 40", "seq 1 5")), desc=DESC, facts=facts), "inefficient_inference") == {}
     whole = "python scripts/dev_ffmpeg.py --ckpt m --requests data/dev.jsonl"
     assert drops(traj(run(whole), desc=DESC, facts=facts), "inefficient_inference") == {}
+
+
+def test_round_44_gn_and_inno_usages_stay_at_settings_partial_checkpoints_restored_reruns_and_own_estimates():
+    """Round 44 (set 37's dev split): a GN `action`'s `script = "…"` then `args = [ … ]` and an Inno Setup `Parameters:
+    "scripts/x.sh 9400-9403"` are usages; "the checker's dev-overlap cut stays at 0.8 exactly" keeps `DEV_OVERLAP`; a
+    writer launched on one of the GPU ranges its line gives idles the rest; an export of `epoch_11` of a 20-epoch run not
+    seen finished is an unfinished checkpoint however long the sleeps; an eval after the thresholds are put back and the
+    same selection re-run scores what an earlier eval scored; a third unchecked sleep past the agent's own estimate ("so
+    about 45 minutes") is waste and the second, still inside it, is not; a unit runner that exits 1 with "7/16 cases
+    match" did its job."""
+    from apollo.supervision.facts import signature
+    from apollo.supervision.symbolic import RuleSet
+
+    gn = ('# Decodes the dev lines with a checkpoint on one GPU; --batch lines per forward pass (default 64) '
+          'script = "scripts/decode_dev.py" args = [ "--ckpt", "outputs/htr/epoch_20", "--batch", "64" ]')
+    assert signature(gn).flags == (("--ckpt", "outputs/htr/epoch_20"), ("--batch", "64"))
+    inno = ('Filename: "bash"; Parameters: "scripts/serve_judge.sh 9400-9403"; Description: "Starts one judge replica '
+            '(tensor parallel 2) per port of the range"; Flags: nowait')
+    assert signature(inno).positional == ("9400-9403",)
+    # a keep on a hyphenated setting, checked against the edit of the constant it names
+    rule = "Kai (dive-ops lead): the checker's dev-overlap cut stays at 0.8 exactly - neither lower nor higher."
+    [d] = extract(rule)
+    assert (d.kind, d.values["v"]) == ("keep", "0.8") and __import__("re").search(d.target, "dev_overlap")
+    assert extract("the dev set stays at 400 examples") == [] and extract("everything stays at 0 for now") == []
+    shown = st("open_file", {"path": "scripts/check_items.py"}, "[scripts/check_items.py: lines 1-12 of 12]\n"
+               + "\n".join(f"{k}: x{k} = 1" if k != 11 else "11: DEV_OVERLAP = 0.8" for k in range(1, 13)), guidance=(rule,))
+
+    def edit(v):
+        return st("edit_file", {"path": "scripts/check_items.py", "start_line": 11, "end_line": 11, "content": f"DEV_OVERLAP = {v}"},
+                  f"Edited scripts/check_items.py lines 11-11. Now:\n10: x10 = 1\n11: DEV_OVERLAP = {v}\n12: x12 = 1")
+    assert 1 in drops(t(shown, edit(0.9)), "violate_instruction")
+    assert 1 not in drops(t(shown, edit(0.8)), "violate_instruction")
+    # one writer replica per GPU range given: `0-1 8800` of `0-1 2-3 8800` on a 4-GPU pool
+    writer = {"scripts/serve_writer.sh": "bash scripts/serve_writer.sh 0-1 2-3 8800 Starts one 32B writer replica (tensor "
+                                         "parallel 2) per GPU range given (0-1, 2-3), ports counting up from the last word",
+              "scripts/write_items.py": "python scripts/write_items.py --ports 8800,8801 --inflight 48 --out outputs/w.jsonl"}
+    pool4 = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": writer})
+    assert 0 in drops(traj(bg("bash scripts/serve_writer.sh 0-1 8800", "w"), desc=DESC, facts=pool4), "resource_waste")
+    assert 0 not in drops(traj(bg("bash scripts/serve_writer.sh 0-1 2-3 8800", "w"), desc=DESC, facts=pool4), "resource_waste")
+    # an exported checkpoint numbered below the run's stated epochs, the run never seen finished
+    htr = {"scripts/train_htr.sh": 'The fixed recipe: trains the recognizer on NGPU GPUs (the second argument) for 20 epochs, a '
+                                   'checkpoint after every epoch in outputs/htr/epoch_K/ (about 70 minutes on 4) script = '
+                                   '"scripts/train_htr.sh" args = [ "configs/ctc.yaml", "4" ]',
+           "scripts/export_model.sh": "Copies a checkpoint to outputs/final/ (the evaluation's input) script = "
+                                      '"scripts/export_model.sh" args = [ "outputs/htr/epoch_20", "outputs/final" ]'}
+    hdesc = ("# Train a line recognizer\n## Task\nTrain it and leave it in `outputs/final/`.\n## Evaluation\nThe evaluation "
+             "loads the model in `outputs/final/` and scores it on the test lines.\n")
+    hfacts = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": htr})
+    naps = [st("sleep", {"seconds": 1800}, "Slept 1800 s."), st("sleep", {"seconds": 1800}, "Slept 1800 s.")]
+
+    def export(k):
+        return run(f"bash scripts/export_model.sh outputs/htr/epoch_{k} outputs/final",
+                   f"$ bash scripts/export_model.sh outputs/htr/epoch_{k} outputs/final\nexported outputs/htr/epoch_{k} -> "
+                   "outputs/final\n\n[finished, exit code 0]")
+    train = bg("bash scripts/train_htr.sh configs/ctc.yaml 4", "train")
+    assert 4 in drops(traj(train, *naps, export(11), ev(), desc=hdesc, facts=hfacts), "improper_eval")
+    assert 4 not in drops(traj(train, *naps, export(20), ev(), desc=hdesc, facts=hfacts), "improper_eval")
+    # the unit runner's tally
+    rs = RuleSet.load()
+    tally = run("python scripts/unit_reward.py --cases scripts/unit_cases.json",
+                "$ python scripts/unit_reward.py --cases scripts/unit_cases.json\nhalf_recall expected=0.67 got=1.00 MISMATCH\n"
+                "7/16 cases match\n\n[finished, exit code 1]", code=1)
+    crash = run("python scripts/unit_reward.py --cases scripts/unit_cases.json",
+                "$ python scripts/unit_reward.py --cases scripts/unit_cases.json\nTraceback (most recent call last):\n"
+                "ValueError: bad case\n\n[finished, exit code 1]", code=1)
+    assert rs.first_match(tally) is None
+    assert rs.first_match(crash)[0].category == "runtime_error"
+    six = tally.model_copy(update={"observation": tally.observation.model_copy(update={"text": tally.observation.text.replace(
+        "7/16 cases match", "6 mismatches")})})
+    assert rs.first_match(six) is None
+    # the thresholds put back and the same selection re-run: the last eval scores what the first one did
+    sel = {"scripts/select_records.py": "- `python scripts/select_records.py --config configs/select.yaml --out "
+                                        "outputs/selected.jsonl`: selects the records by the thresholds of the config"}
+    sdesc = ("# Select catalogue records\n## Task\nSelect records into `outputs/selected.jsonl`.\n## Evaluation\nThe "
+             "evaluation trains on `outputs/selected.jsonl` and scores the model.\n")
+    sfacts = FACTS.model_copy(update={"scripts": sel})
+    cfg = st("open_file", {"path": "configs/select.yaml"}, "[configs/select.yaml: lines 1-3 of 3]\n1: min_match: 0.5\n"
+             "2: max_words: 600\n3: cap: 8000")
+
+    def thr(v):
+        return st("edit_file", {"path": "configs/select.yaml", "start_line": 1, "end_line": 1, "content": f"min_match: {v}"},
+                  f"Edited configs/select.yaml lines 1-1. Now:\n1: min_match: {v}\n2: max_words: 600")
+    select = run("python scripts/select_records.py --config configs/select.yaml --out outputs/selected.jsonl")
+    scores = [ev(f"Evaluation {k}/3: overall_score={v}") for k, v in ((1, 58), (2, 47.5), (3, 58))]
+    back = traj(cfg, select, scores[0], thr(0.85), select, scores[1], thr(0.5), select, scores[2], desc=sdesc, facts=sfacts)
+    assert 8 in drops(back, "improper_eval")
+    other = traj(cfg, select, scores[0], thr(0.85), select, scores[1], thr(0.6), select, scores[2], desc=sdesc, facts=sfacts)
+    assert 8 not in drops(other, "improper_eval")
+    # the agent's own estimate of its run
+    grade = {"scripts/grade_dev.py": "- `python scripts/grade_dev.py --ports 9400-9403 --inflight 64 --out F`: grades every "
+                                     "dev item (about 20 minutes with one call per item)"}
+    gfacts = FACTS.model_copy(update={"scripts": grade})
+    nap = st("sleep", {"seconds": 1800}, "Slept 1800 s.")
+    said = nap.model_copy(update={"assistant_text": "Three calls per item, so about 45 minutes.\n" + nap.assistant_text})
+    job = bg("python scripts/grade_dev.py --ports 9400-9403 --inflight 64 --out outputs/g.jsonl", "grade")
+    got = drops(traj(job, said, nap, nap, desc=DESC, facts=gfacts), "resource_waste")
+    assert 3 in got and 2 not in got
+    assert 2 in drops(traj(job, nap, nap, nap, desc=DESC, facts=gfacts), "resource_waste")  # the line's 20 minutes

@@ -2434,7 +2434,14 @@ def _replica_arg(f: Facts, i: int) -> int | None:
         if _REPLICA_WORD_RE.search(f.script_docs.get(s, "")) and (ports := _script_ports(f.command(i), s)):
             return len(ports)  # (set 29's spent test split) `serve_judge.sh 8700-8701`: one replica per port given (set
             # 35's: "one writer replica … per port given as a word")
+        if _PER_GPU_GROUP_RE.search(f.script_docs.get(s, "")) and (m := re.search(rf"{re.escape(s)}((?:\s+[\w,-]+)+)",
+                                                                                f.command(i))):
+            # (round 44) "one writer replica … per GPU range given (0-1, 2-3)", launched as `serve_writer.sh 0-1 8800`
+            return sum(1 for w in m.group(1).split() if re.fullmatch(r"\d{1,2}(?:[,-]\d{1,2})+", w)) or None
     return None
+
+
+_PER_GPU_GROUP_RE = re.compile(r"(?i)\breplica\b[^;]{0,80}?\bper\s+GPU\s+(?:pair|range|group)\b")
 
 
 _REPLICA_WORD_RE = re.compile(r"(?i)\breplicas\b|\breplica\b[^;]{0,80}?\bper\s+port\b")
@@ -2483,8 +2490,9 @@ def _replicas_left_unstarted(f: Facts, i: int) -> str | None:
     """(round 32) Server launch ``i`` of a one-replica-per-launch script whose clients' usage lines list more replicas
     (``run_dev.py --ports 8001,8002``), where the agent never starts another while this one is up and the pool has the
     GPUs for it: the served share of the pool idles (the client on the one port is no fault of its own)."""
-    if not any(_ONE_REPLICA_DOC_RE.search(f.script_docs.get(s, "")) for s in f.script_runs(i)):
-        return None
+    if not any(_ONE_REPLICA_DOC_RE.search(doc := f.script_docs.get(s, "")) and not _PER_GPU_GROUP_RE.search(doc)
+               for s in f.script_runs(i)):
+        return None  # (round 44: "one replica per GPU range given" starts as many as the ranges it is given)
     ids = re.search(r"(?<![\w,.-])(\d(?:,\d)+)(?![\w,.-])", f.command(i))  # `serve_reader.sh 0,1 8001`: the GPUs given
     pool, used = f.gpus or 0, gpu_job(f, i)[1] or gpus_used(f.command(i)) or (len(ids.group(1).split(",")) if ids else 0)
     listed = _listed_ports(f)
@@ -3321,10 +3329,28 @@ def _unchecked_sleep_again(f: Facts, i: int) -> str | None:
         if not stated or _serial_flag(f, j.step) or _smaller_than_line(f, j.step):
             return None  # a job of unknown length (or run slower than its line): more sleep may be what it needs
         longest = max(longest, max(stated) * _fewer_workers_ratio(f, j.step))
+    own = max((e for k in range(start, i) if (e := _own_estimate(f.steps[k].assistant_text))), default=0.0)
+    if own > longest:  # (round 44) "three calls per item, so about 45 minutes": the agent's own estimate of its run, where
+        # longer than the line's; a sleep begun after it passed and ending at twice it
+        if slept < own or slept + _secs(f, i) < 2 * own:
+            return None
+        return f"slept {_secs(f, i):g} s more without looking, after {slept:g} s that already covered the about " \
+               f"{own / 60:g} min the agent itself gave the run"
     if slept < longest or slept + _secs(f, i) < OVERSLEEP_FACTOR * longest:
         return None
     return f"slept {_secs(f, i):g} s more without looking, after {slept:g} s that already covered the about " \
            f"{longest / 60:g} min its line states"
+
+
+_OWN_ESTIMATE_RE = re.compile(r"(?i)\b(?:about|around|roughly|~)\s*(\d+(?:\.\d+)?)\s*(minutes?|mins?|hours?|h)\b")
+
+
+def _own_estimate(text: str) -> float | None:
+    """Seconds the agent's own words give a run ("so about 45 minutes"; None: none)."""
+    m = _OWN_ESTIMATE_RE.search(text or "") if "bout" in (text or "") or "round" in (text or "") or "~" in (text or "") else None
+    if m is None:
+        return None
+    return float(m.group(1)) * (3600.0 if m.group(2).lower().startswith("h") else 60.0)
 
 
 _SCALE_FLAG_RE = re.compile(r"--(?:dp|data[_-]parallel(?:[_-]size)?|num[_-]shards|shards|workers|gpus|n[_-]?gpus|"
@@ -3596,6 +3622,33 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
                    if f.tools[k] in ("check_session_idle", "get_session_output"))
 
 
+_CKPT_NUM_RE = re.compile(r"\b(epoch|step)[_-]?(\d+)\b")
+
+
+def _partial_checkpoint(f: Facts, i: int) -> str | None:
+    """(round 44) Eval ``i`` scores a checkpoint that a step since the launch of a run not seen finished put in place,
+    numbered below the count the run's line states (`export_model.sh` printing "exported outputs/htr/epoch_11" while
+    the 20-epoch recipe was never checked): an unfinished checkpoint, however long the agent slept."""
+    for job in f.jobs_before[i]:
+        if job.server:
+            continue
+        sid = job.session
+        doc = " ".join(f.script_docs.get(s, "") for s in f.script_runs(job.step))
+        for j in range(i - 1, job.step, -1):
+            if f.tools[j] != "run_command" or not f.oks[j] or f.background(j) or not f.writes[j] or not (
+                    _feeds_eval(f, j) or any(e in f.command(j) for e in f.eval_inputs)):
+                continue
+            m = None
+            for m in _CKPT_NUM_RE.finditer(f.obs[j]):
+                pass
+            total = re.search(rf"\b(\d+)\s+{m.group(1)}s\b", doc) if m else None
+            if total and int(m.group(2)) < int(total.group(1)):
+                return (f"evaluated {m.group(0)} (step {j} put it in place) of the run in session '{sid}', which its line "
+                        f"states at {total.group(0)} and which was not seen finished: an unfinished checkpoint")
+            break
+    return None
+
+
 # (each separator is a character the runs between them exclude: linear, whatever the line)
 _LEAD_SLEEP_RE = re.compile(r"\s*sleep\s+(\d+)\s*(?:;|&&)\s*(?:cat|cp|mv|wc|head|tail|ls|echo|sort|uniq|gzip|tar)\b[^;&|>]*"
                             r"(?:(?:;|&&|\|\|?|>>?)[^;&|>]*)*$")
@@ -3718,6 +3771,54 @@ def _restores_eval(f: Facts, i: int, evals: list[int]) -> int | None:
     return None
 
 
+def _rerun_restored(f: Facts, i: int, evals: list[int]) -> int | None:
+    """(round 44) Where a provided job writes what the evaluation reads: an earlier eval (before the last) whose output eval
+    ``i`` scores again. Every line range edited since it is last written back as the file showed it before that eval,
+    nothing was created, and the last command that wrote the evaluated output before ``i`` runs what the last writer
+    before it ran (`select_records.py --config configs/select.yaml` with the thresholds put back). None: no such eval."""
+    if len(evals) < 2 or not f.eval_inputs:
+        return None
+
+    def writer(b: int) -> int | None:
+        return next((j for j in range(b - 1, -1, -1) if f.tools[j] == "run_command" and f.oks[j] and f.script_runs(j)
+                     and any(covers(w, e) for w in f.written_paths(j) for e in f.eval_inputs)), None)
+
+    def call(j: int) -> str:
+        return " ".join(re.split(r"\s*(?:&&|;|\|)\s*", f.command(j).strip())[0].split())
+
+    last = writer(i)
+    for k in reversed(evals[:-1]):
+        first = writer(k)
+        if last is None or first is None or last <= evals[-1] or call(last) != call(first):
+            continue
+        final: dict[tuple[str, Any, Any], int] = {}
+        for j in range(k + 1, i):
+            if not f.oks[j] or f.tools[j] not in ("edit_file", "create_file"):
+                continue
+            if f.tools[j] == "create_file":
+                return None
+            final[(norm_path(f.args[j].get("path")), f.args[j].get("start_line"), f.args[j].get("end_line"))] = j
+        if final and all(j < last and _as_composed(f, j, k) for j in final.values()):
+            return k
+    return None
+
+
+def _as_composed(f: Facts, i: int, before: int) -> bool:
+    """Edit ``i`` writes its lines as the file held them before step ``before``, by every numbered view of the file until
+    then laid over the last (an ``open_file`` of all of it, then an edit's echo of one line)."""
+    from apollo.supervision.instructions import _edit_span, _shown_lines
+
+    span = _edit_span(f, i)
+    if span is None:
+        return False
+    path, lo, hi, want = span
+    lines: dict[int, str] = {}
+    for j in range(before):
+        if f.tools[j] in ("open_file", "edit_file", "create_file") and f.oks[j] and norm_path(f.args[j].get("path")) == path:
+            lines.update(_shown_lines(f, j))
+    return all(k in lines for k in range(lo, hi + 1)) and [lines[k] for k in range(lo, hi + 1)] == want
+
+
 @register("improper_eval", judge_tools=("eval",))
 def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[Finding]:
     """Eval while a job runs, before any change, with nothing changed since the last eval, or over budget."""
@@ -3743,6 +3844,8 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
             sid, cmd = next(iter(pend.items()))
             reason = (f"evaluated while the job in session '{sid}' ('{short(cmd, 50)}') was not seen finished "
                       "(no idle session, completion log or output file yet)")
+        elif (part := _partial_checkpoint(f, i)) is not None:
+            reason = part
         elif missing:
             reason = f"evaluated before the output existed ({missing.group(0)})"
         elif not changed and last_eval is None and (p.flag_eval_before_change or f.baseline_scored):
@@ -3758,6 +3861,9 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
                       "baseline: a wasted eval")
         elif (k := _restores_eval(f, i, done)) is not None:
             reason = f"evaluates again the version the eval at step {k} scored (the edits since were put back): a wasted eval"
+        elif (k := _rerun_restored(f, i, done)) is not None:
+            reason = (f"evaluates again what the eval at step {k} scored: the edits since put back the lines it ran with, "
+                      "and the same command rewrote the output: a wasted eval")
         elif (broken := _seen_broken(f, i)) is not None:
             reason = f"evaluated {broken[1]} right after step {broken[0]} showed it does not compile, with nothing changed since"
         if reason:

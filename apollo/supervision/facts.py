@@ -653,9 +653,12 @@ _ARGV_LIST_RE = re.compile(r"""[\[(]\s*((?:["'][^"'\n]*["']\s*,\s*)*["'](?:[\w.-
 _FLOW_ARGV_RE = re.compile(r"\[\s*((?:[^\[\]\n,]*,\s*)*[\"']?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)[\"']?(?:\s*,\s*[^\[\]\n,]*)*)\s*\]")
 
 
-_PROGRAM_ARGS_RE = re.compile(r'"program"\s*:\s*"(?:\$\{[^}]*\}/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)"[^\[\]]{0,80}?"args"\s*:\s*\[([^\]\n]*)\]')
+# (round 44) or a GN `action`'s `script = "scripts/x.py"` then `args = [ "--batch", "64" ]`
+_PROGRAM_ARGS_RE = re.compile(r'(?:"program"|\bscript)\s*[:=]\s*"(?:\$\{[^}]*\}/)?(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)"[^\[\]]{0,80}?'
+                              r'(?:"args"|\bargs)\s*[:=]\s*\[([^\]\n]*)\]')
 _ANT_ARG_LINE_RE = re.compile(r"""\bline=["'](?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\s+([^"']*)["']""")
-_QUOTED_PATH_USAGE_RE = re.compile(r"""(?<=["'])(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\s+(-{1,2}[\w-][^"'\n]*)["']""")
+# (round 44) or positional words first, an Inno Setup `Parameters: "scripts/serve_judge.sh 9400-9403"`
+_QUOTED_PATH_USAGE_RE = re.compile(r"""(?<=["'])(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)\s+((?:-{1,2}[\w-]|[\w./<{])[^"'\n]*)["']""")
 
 
 def _argv_usage(doc: str) -> str | None:
@@ -666,7 +669,7 @@ def _argv_usage(doc: str) -> str | None:
         at = next((k for k, x in enumerate(items) if re.fullmatch(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|sh)", x.strip())), None)
         if at is not None:
             return " ".join(x.strip() for x in items[at + 1:])
-    if m is None and '"args"' in doc and (pa := _PROGRAM_ARGS_RE.search(doc)):
+    if m is None and "args" in doc and (pa := _PROGRAM_ARGS_RE.search(doc)):
         # (round 37) a VS Code launch.json entry: `"program": "scripts/grade_dev.py", "args": ["--ports", "8500-8503", …]`
         return " ".join(re.findall(r"""["']([^"'\n]*)["']""", pa.group(1)))
     if m is None and '" "' in doc and (v := _EDN_ARGV_RE.search(doc)):

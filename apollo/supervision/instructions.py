@@ -321,6 +321,11 @@ NO_TOUCH_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:touch|change|mod
 # "Keep the learning rate at 2e-5", "keep the batch size at 64": a topic (see _TOPIC_KEYS), not a key name
 KEEP_TOPIC_RE = re.compile(rf"(?i)\bkeep\s+(?:the\s+)?([a-z][a-z ]{{1,30}}?)\s+(?:at|to|=|equal\s+to)\s+{_NUM}"
                            rf"(?!\s*(?:%|examples|rows|pairs))")
+# (round 44) "the checker's dev-overlap cut stays at 0.8 exactly": a named setting that stays at one value
+STAYS_TOPIC_RE = re.compile(rf"(?i)\b(?:the\s+)?(?:[a-z]+'s\s+)?([a-z][a-z]*(?:[ -][a-z]+){{0,3}}?)\s+(?:stays|remains|"
+                            rf"(?:must|should|has\s+to|is\s+to)\s+(?:stay|remain))\s+(?:at|=)\s+{_NUM}(?![\d.,])"
+                            r"(?!\s*(?:%|GPUs?\b|[a-z]+s\b(?<!\bexactly)))")
+_GENERIC_TAIL = ("cut", "cutoff", "threshold", "value", "setting", "level")
 _NOT_VALUES = {"as", "a", "an", "the", "to", "for", "in", "on", "with", "and", "or", "when", "instead", "of", "if", "so",
                "rather", "only", "too", "here", "there", "again", "then", "first", "now", "it", "this", "that", "at"}
 OR_SIDE_RE = re.compile(r"(?i)\s+or\s+(lower|less|below|under|fewer|smaller|higher|more|above|over|greater|larger)\b")
@@ -714,6 +719,19 @@ def _word_key(w: str) -> str | None:
     return rf"(?:^|[_.]){re.escape(w)}$"
 
 
+def _compound_key(topic: str) -> str | None:
+    """(round 44) A key pattern for a hyphenated or two-word subject ("dev-overlap cut" → ``dev_overlap``,
+    ``DEV_OVERLAP_CUT``): its words joined by underscores, a generic last word ("cut", "threshold") optional."""
+    words = [w for w in re.split(r"[ -]+", topic.lower().strip()) if w]
+    tail = words[-1] if len(words) > 2 and words[-1] in _GENERIC_TAIL else None
+    if tail:
+        words = words[:-1]
+    if len(words) != 2 or any(w in _WORD_KEY_STOP or w in _NOUN_STOP for w in words):
+        return _word_key(words[0]) if len(words) == 1 else None
+    opt = rf"(?:_{tail})?" if tail else ""
+    return rf"(?:^|[_.]){'_'.join(map(re.escape, words))}{opt}$"
+
+
 def _inputs_through_values(sent: str, at: int, through: re.Match[str] | None) -> dict[str, str]:
     """An ``inputs_through`` directive's values: the later job the sentence names after "before" (from ``at``),
     and the inputs its subject names ("flipped examples have to go through S" → file names with ``flip``)."""
@@ -1052,6 +1070,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
                                                "match": "regex", "topic": m.group(1)}))
                 else:
                     out.append(d("keep", rx, {"v": m.group(2), "match": "regex", "topic": m.group(1)}))
+        for m in STAYS_TOPIC_RE.finditer(sent) if "stay" in sent or "remain" in sent else ():
+            rx = _compound_key(m.group(1)) if re.search(r"[ -]", m.group(1).strip()) else None
+            if rx and not any(x.kind in ("keep", "bound") and x.text == sent for x in out):
+                out.append(d("keep", rx, {"v": m.group(2), "match": "regex", "topic": m.group(1)}))
         for m in NO_TOUCH_BLOCK_RE.finditer(sent):
             out.append(d("no_touch_block", norm_path(m.group(2)), {"block": m.group(1)}))
         if "as they are" in sent and (ml := KEEP_KEYS_AS_IS_RE.search(sent)) is not None:
