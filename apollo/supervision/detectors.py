@@ -269,7 +269,7 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
                                                        and not _input_only(docs.get(s, ""), t) for t in targets)]
         unused = [] if any(s in used for s in (named or writers)) else (named or writers)
         if targets and unused and (tool == "create_file" or runs or _HAND_WRITE_RE.search(f.command(i))
-                                    or "python" in f.command(i)):
+                                    or "python" in f.command(i)) and not _puts_in_place(f, i, targets):
             how = f"with its own {runs[0]}" if runs else f"by hand ({tool}: {short(f.command(i) or f.args[i].get('path'))})"
             reason = f"wrote {targets[0]} {how} instead of running the provided {unused[0]}"
         if reason is None and tool == "create_file" and (shared := _drops_shared_module(f, i)):
@@ -293,6 +293,19 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
         if reason:
             out.append(_drop(i, "ignore_script", reason))
     return out
+
+
+_CP_RE = re.compile(r"(?:^|&&|;|\|\|)\s*(?:cp|mv)\s+(?:-\w+\s+)*(\S+)\s+(\S+)\s*(?=$|&&|;|\|\|)")
+
+
+def _puts_in_place(f: Facts, i: int, targets: list[str]) -> bool:
+    """(set 37's spent test split) Command ``i`` only copies into each output a file an earlier step of the agent wrote
+    (`cp outputs/selected_a.jsonl outputs/selected.jsonl`, the backup taken before a variant; `cp outputs/selected_b.jsonl
+    …`, the variant its program wrote at an earlier step): it puts a made file in place, it writes nothing by hand."""
+    if "cp " not in f.command(i) and "mv " not in f.command(i):
+        return False
+    pairs = {norm_path(b): norm_path(a) for a, b in _CP_RE.findall(f.command(i))}
+    return all(t in pairs and any(f.oks[j] and pairs[t] in f.written_paths(j) for j in range(i)) for t in targets)
 
 
 _IMPORT_RE = re.compile(r"^\s*(?:\d+:\s*)?(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
@@ -973,11 +986,40 @@ def own_versions(f: Facts) -> dict[int, tuple[str, str]]:
                 for code in inline_programs(f.command(i)):
                     s = own_version_of(f, INLINE, code, () if heredoc else f.redirects(i), heredoc)  # (a redirect after a
                     # here-document belongs to the next command of the line: `… EOF\ncat a b > train.tsv`)
-                    if s:
+                    if s or (s := _report_redone(f, i, code)):
                         got[i] = ("python -c one-liner", s)
                         break
     f.__dict__["_own_versions"] = got
     return got
+
+
+def _report_redone(f: Facts, i: int, code: str) -> str | None:
+    """(set 37's spent test split) A one-liner that writes nothing and tallies a file (or a folder's files) which an earlier
+    run of a provided checking or scoring script took as its input, printing the counts (`rows … if '"mod"' in l`, then
+    `print(len(rows), bad)` over outputs/pilot.jsonl, the file `check_items.py --in` reported on): that script's report
+    redone by hand. None: no such run."""
+    if f.steps[i].observation.exit_code or code_outputs(code, []) or "print" not in code or not (
+            _TALLY_RE.search(code) or re.search(r"\+=|\+ =", code)):
+        return None  # (a one-liner that failed is its error first)
+    reads = {a or b for a, b in _OPEN_READ_RE.findall(code)} | set(_PD_READ_RE.findall(code))
+    reads |= {m.group(1) for m in re.finditer(r"""(?:listdir|glob)\(\s*f?["']([\w./-]+?)/?["']""", code)}
+    reads = {norm_path(r.split("{", 1)[0].rstrip("/")) for r in reads if "/" in r}
+    if not reads:
+        return None
+    for j in range(i - 1, -1, -1):
+        if not f.oks[j] or f.tools[j] != "run_command" or f.steps[j].observation.exit_code:
+            continue
+        for sc, _, pos, flags in f.script_calls(j):
+            if not _CHECKER_NAME_RE.search(os.path.basename(sc)):
+                continue
+            args = {norm_path(v) for v in (*pos, *(v for fl, v in flags.items() if not _OUT_FLAG_NAME_RE.match(fl))) if v}
+            if any(covers(a, r) for a in args for r in reads):
+                return sc
+    return None
+
+
+_CHECKER_NAME_RE = re.compile(r"(?i)check|score|audit|report|eval|stat|count")
+_OUT_FLAG_NAME_RE = re.compile(r"--(?:out|output)\w*$")
 
 
 _OWN_LAUNCH_RE = re.compile(r"(?:^|[;&|]\s*)(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:torchrun|deepspeed|accelerate\s+launch|python3?\s+-m\s+"
@@ -1439,7 +1481,9 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                     # (round 20) "runs agent/verify.py on N dev claims with W threads" (`--workers 32`)
                     + r"|\bwith\s+[A-Z]\s+(?:threads|parallel\s+workers|concurrent\s+requests)\b"
                     # (round 42) "WORKERS games at a time" (AutoHotkey's `--workers 32`), "WORKERS items at a time"
-                    + r"|(?-i:\b[A-Z][A-Z_]+)\s+(?:[a-z]+\s+)?at\s+a\s+time\b", doc or ""):
+                    + r"|(?-i:\b[A-Z][A-Z_]+)\s+(?:[a-z]+\s+)?at\s+a\s+time\b"
+                    # (set 37's spent test split) "--workers puzzles in flight" (`--workers 32` in its usage)
+                    + rf"|{re.escape(fl)}\s+(?:[a-z]+\s+)?in\s+flight\b", doc or ""):
                 return f"runs {s} with {fl} {got} (its line runs it in parallel workers): " + \
                     ("one item at a time" if got == "1" else f"{got} at a time")
         # (round 23) a batch size of 1 for a GPU dev check whose line gives no batch size (`dev_f1.py --ckpt DIR` run with
@@ -1471,7 +1515,8 @@ def _throttled_env(f: Facts, cmd: str) -> str | None:
         d = re.search(rf"`?{name}`?\s+(?:environment\s+)?variable,?\s+(\d+)\s+by\s+default|`?{name}`?[^.;]{{0,40}}?\(default\s+(\d+)\)",
                       f.description)
         default = int(d.group(1) or d.group(2)) if d else 0
-        if 0 < got <= 4 and got * 8 <= default:
+        if 0 < got <= 4 and got * 8 <= default or 0 < got <= 16 and got * 16 <= default:  # (set 37's spent test split:
+            # `BATCH=8` of 256)
             return f"runs with {name}={got} where the task gives {default} by default: " + \
                 ("one item at a time" if got == 1 else f"{default // got}x fewer at a time")
     return None
@@ -1631,9 +1676,19 @@ _FLAG_PAIR_RE = re.compile(r"(--[\w-]+)(?:[= ]+([^\s-]\S*))?")
 def _run_made(f: Facts, i: int) -> set[str]:
     """What run ``i`` makes that a later command may carry on (its job's outputs, written paths, its scripts'
     outputs), evaluated inputs aside."""
-    return {o for o in (*(f._job(i).outputs if f.background(i) else ()), *f.written_paths(i),
+    made = {o for o in (*(f._job(i).outputs if f.background(i) else ()), *f.written_paths(i),
                         *(x for sc in f.script_runs(i) for x in f.script_outputs(i, sc)[0]))
             if "/" in o and o not in f.eval_inputs}
+    if not made and f.background(i):
+        # (set 37's spent test split) a job whose usage names no output: the folder its line says it saves into ("a
+        # checkpoint after every epoch in outputs/htr/epoch_K/" → outputs/htr)
+        made = {m.group(1) for sc in f.script_runs(i) for m in _SAVED_IN_RE.finditer(f.script_docs.get(sc, ""))
+                if m.group(1) not in f.eval_inputs}
+    return made
+
+
+_SAVED_IN_RE = re.compile(r"\b(?:checkpoints?|saved?|saves|writes)\b[^.;()]{0,40}?\bin\s+`?(outputs?/[\w.-]+(?:/[\w.-]+)*?)"
+                          r"/[\w.-]*(?:_[A-Z]|\{)")
 
 
 @register("performance_regression", judge_tools=_WRITE_TOOLS)
@@ -2434,11 +2489,15 @@ def _replica_arg(f: Facts, i: int) -> int | None:
         if _REPLICA_WORD_RE.search(f.script_docs.get(s, "")) and (ports := _script_ports(f.command(i), s)):
             return len(ports)  # (set 29's spent test split) `serve_judge.sh 8700-8701`: one replica per port given (set
             # 35's: "one writer replica … per port given as a word")
-        if _PER_GPU_GROUP_RE.search(f.script_docs.get(s, "")) and (m := re.search(rf"{re.escape(s)}((?:\s+[\w,-]+)+)",
-                                                                                f.command(i))):
-            # (round 44) "one writer replica … per GPU range given (0-1, 2-3)", launched as `serve_writer.sh 0-1 8800`
-            return sum(1 for w in m.group(1).split() if re.fullmatch(r"\d{1,2}(?:[,-]\d{1,2})+", w)) or None
+        if _PER_GPU_GROUP_RE.search(f.script_docs.get(s, "")) and (n := _gpu_groups(f.command(i), s)):
+            return n  # (round 44) "one writer replica … per GPU range given (0-1, 2-3)", launched as `serve_writer.sh 0-1 8800`
     return None
+
+
+def _gpu_groups(text: str, script: str) -> int:
+    """How many GPU groups ``text`` gives ``script`` as words (`serve_writer.sh 8700 0,1 2,3`: 2; `0-1 8800`: 1)."""
+    m = re.search(rf"{re.escape(script)}((?:\s+[\w,-]+)+)", text)
+    return sum(1 for w in m.group(1).split() if re.fullmatch(r"\d{1,2}(?:[,-]\d{1,2})+", w)) if m else 0
 
 
 _PER_GPU_GROUP_RE = re.compile(r"(?i)\breplica\b[^;]{0,80}?\bper\s+GPU\s+(?:pair|range|group)\b")
@@ -2468,6 +2527,7 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
     documented = max([int(m.group(1)) for s in runs if (m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=[\s\"',)]|$)",
                                                                        f.script_docs.get(s, "")))] +
                      [len(_script_ports(f.script_docs.get(s, ""), s)) for s in runs] +  # (ports: one replica each)
+                     [_gpu_groups(doc, s) for s in runs if _PER_GPU_GROUP_RE.search(doc := f.script_docs.get(s, ""))] +
                      [_listed_ports(f)], default=0)
     each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
     pool = f.gpus or 0
@@ -2507,6 +2567,16 @@ def _replicas_left_unstarted(f: Facts, i: int) -> str | None:
             return None  # another replica (or this one again)
     return f"started {up} replica(s) of the {listed} its clients' usage lines list and never the others, on {used * up} of " \
         f"{pool} GPUs"
+
+
+def _told_not_concurrent(f: Facts, i: int, p: DetectorParams) -> bool:
+    """(set 37's spent test split) Run ``i`` breaks a directive against two such jobs at once ("at most one proxy fine-tune
+    on the GPUs at any moment"): the second job is violate_instruction, the human's rule, not waste found by the masker."""
+    if not any(s.guidance for s in f.steps[:i + 1]):
+        return False
+    from apollo.supervision.instructions import violations
+
+    return any(j == i and "although told not to" in r for j, r in violations(f, p.instruction_window))
 
 
 def _rest_started_next(f: Facts, i: int, within: int = 5) -> bool:
@@ -2596,7 +2666,7 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
             elif p.flag_reruns and runs and (built := _rebuilds_built(f, i)) is not None:
                 out.append(_drop(i, "resource_waste", f"ran {built} again, whose output the task says is already built, "
                                                       "with nothing it reads changed"))
-            elif twin is not None:
+            elif twin is not None and not _told_not_concurrent(f, i, p):
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs",
                                  by=DUPLICATE_JOB))
@@ -3771,6 +3841,38 @@ def _restores_eval(f: Facts, i: int, evals: list[int]) -> int | None:
     return None
 
 
+def _copy_restored(f: Facts, i: int, evals: list[int]) -> int | None:
+    """(set 37's spent test split) The eval before ``i`` whose output eval ``i`` scores again: the last write of the evaluated
+    file is `cp B E` from a backup B that `cp E B` took after that eval, with nothing written to E between the eval and the
+    backup or to B since (`cp outputs/selected.jsonl outputs/selected_a.jsonl && cp …_b.jsonl …`, eval, then `cp
+    outputs/selected_a.jsonl outputs/selected.jsonl`). None: no such eval."""
+    if not evals or not f.eval_inputs:
+        return None
+
+    def pairs(j: int) -> dict[str, str]:
+        return {norm_path(b): norm_path(a) for a, b in _CP_RE.findall(f.command(j))} if f.tools[j] == "run_command" else {}
+
+    w = next((j for j in range(i - 1, -1, -1) if f.oks[j] and f.writes[j] and any(
+        covers(p, e) for p in f.written_paths(j) for e in f.eval_inputs)), None)
+    if w is None or w < evals[-1]:
+        return None
+    put = {e: src for e, src in pairs(w).items() if e in f.eval_inputs}
+    if not put:
+        return None
+    for e, src in put.items():
+        b = next((j for j in range(w, -1, -1) if f.oks[j] and pairs(j).get(src) == e), None)
+        segs = [(norm_path(x), norm_path(y)) for x, y in _CP_RE.findall(f.command(b))] if b is not None else []
+        if b is not None and segs.index((e, src)) > min((n for n, (_, y) in enumerate(segs) if y == e), default=len(segs)):
+            return None  # (the copy was taken after the file was replaced in the same command)
+        if b is None or any(f.oks[j] and src in f.written_paths(j) for j in range(b + 1, w)):
+            return None
+        k = max((x for x in evals if x < b), default=None)
+        if k is None or any(f.oks[j] and f.writes[j] and e in f.written_paths(j) and j != b for j in range(k + 1, b)):
+            return None
+        return k
+    return None
+
+
 def _rerun_restored(f: Facts, i: int, evals: list[int]) -> int | None:
     """(round 44) Where a provided job writes what the evaluation reads: an earlier eval (before the last) whose output eval
     ``i`` scores again. Every line range edited since it is last written back as the file showed it before that eval,
@@ -3861,6 +3963,9 @@ def detect_improper_eval(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
                       "baseline: a wasted eval")
         elif (k := _restores_eval(f, i, done)) is not None:
             reason = f"evaluates again the version the eval at step {k} scored (the edits since were put back): a wasted eval"
+        elif (k := _copy_restored(f, i, done)) is not None:
+            reason = (f"evaluates again what the eval at step {k} scored: the output was put back from the copy taken of it "
+                      "after that eval: a wasted eval")
         elif (k := _rerun_restored(f, i, done)) is not None:
             reason = (f"evaluates again what the eval at step {k} scored: the edits since put back the lines it ran with, "
                       "and the same command rewrote the output: a wasted eval")

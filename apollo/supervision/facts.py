@@ -566,10 +566,16 @@ def signature(doc: str) -> Signature | None:
         k = _ORDINALS.index(g.group(1).lower()) if g.group(1).lower() in _ORDINALS else len(pos) - 1
         if k < len(pos) and pos[k].isdigit():  # (round 42) "on NGPU GPUs (the third argument)": that position is the count
             pos[k] = "NGPU"
+    elif pos and "NGPU" not in pos and (g := _ON_N_GPUS_RE.search(doc)) and pos.count(g.group(1)) == 1 \
+            and not any(fl for fl, _ in flags):
+        pos[pos.index(g.group(1))] = "NGPU"  # (set 37's spent test split) `grpo.sh configs/grpo.yaml 8`, "… on 8 GPUs"
     return Signature(tuple(pos), tuple(flags))
 
 
+_AFTER_BG_RE = re.compile(r"&\s*\)?\s*(?:;|&&|\n)")  # a server put in the background, then more of the command
+_WRITES_AFTER_RE = re.compile(r">>?\s*outputs?/|--out(?:put)?[=\s]+outputs?/")
 _ORDINALS = ("first", "second", "third", "fourth", "fifth")
+_ON_N_GPUS_RE = re.compile(r"(?i)\bon\s+(\d)\s+GPUs\b")
 _GPU_COUNT_ORDINAL_RE = re.compile(r"(?i)\bGPUs\s*\((?:the|its)\s+(first|second|third|fourth|fifth|last)\s+argument\)")
 
 
@@ -1346,6 +1352,9 @@ class Facts:
             m = None  # (round 29) `--port 8700` beside `--out F`: a client of a server on that port, writing a file
         if m and m.group(0).startswith("--") and any(_serves_then_ends(self.script_docs.get(s, "")) for s in self.script_runs(i)):
             m = None  # (round 40) `dev_melody.py --port 8900`, whose line says it serves, writes, prints and ends
+        if m and (rest := _AFTER_BG_RE.search(cmd, m.end())) and _WRITES_AFTER_RE.search(cmd, rest.end()):
+            return False  # (set 37's spent test split) `(vllm … api_server … &) ; sleep 240; … while read p; do curl … >>
+            # outputs/dev_answers.jsonl; done`: the session runs the requests and ends with them, a job that makes a file
         return bool(m) or any(doc_says(SERVER_DOC_RE, d := self.script_docs.get(s, "")) and not _serves_then_ends(d)
                               for s in self.script_runs(i))
 
