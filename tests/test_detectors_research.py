@@ -3918,13 +3918,15 @@ def test_a_clean_run_of_an_own_script_is_kept_where_its_creation_carries_the_fau
                  "  File \"tools/dev_hf.py\", line 6, in <module>\nFileNotFoundError: data/dev.jsonl\n\n"
                  "[finished, exit code 1]", 1)
 
-    def decisions(*steps, keep_runs=True):
-        cfg = MaskConfig(detector_params=DetectorParams(keep_own_script_runs=keep_runs))
+    def decisions(*steps, keep_runs=True, serial=False):
+        cfg = MaskConfig(detector_params=DetectorParams(keep_own_script_runs=keep_runs, own_serial_runs_dropped=serial))
         masked, _ = Masker(cfg).mask([t(*steps)])
         return [(s.mask.keep, s.mask.category) for s in masked[0].steps]
 
     assert decisions(make, clean) == [(False, "inefficient_inference"), (True, None)]
     assert decisions(make, clean, keep_runs=False) == [(False, "inefficient_inference"), (False, "inefficient_inference")]
+    # sets 37-38's protocol: the run of a one-at-a-time file sends its requests one at a time itself
+    assert decisions(make, clean, serial=True) == [(False, "inefficient_inference"), (False, "inefficient_inference")]
     assert decisions(make, broken)[1] == (False, "runtime_error")
     here = run(f"cat > tools/dev_hf.py <<'EOF'\n{code}EOF")  # written by a here-document: the same
     got = decisions(here, clean)
@@ -3932,6 +3934,7 @@ def test_a_clean_run_of_an_own_script_is_kept_where_its_creation_carries_the_fau
     fix = Path(__file__).parent / "fixtures"
     assert load_conventions(fix / "blind_research4" / "labels.jsonl") == {"keep_own_script_runs": False}
     assert load_conventions(fix / "blind_research14" / "labels.jsonl") == {}
+    assert load_conventions(fix / "blind_research37" / "labels.jsonl") == {"own_serial_runs_dropped": True}
 
 
 def test_round_40_argv_braces_train_splits_fixed_gpu_counts_and_gpu_id_lists():
@@ -4527,3 +4530,36 @@ def test_spent_split_37_throttles_gpu_pairs_copies_put_in_place_clock_downs_and_
                 "for r in rows:\n    bad += r['answer'] != r['want']\nprint(len(rows), bad)\nEOF")
     assert 1 in drops(traj(ran, tally, desc=DESC, facts=chk), "ignore_script")
     assert 0 not in drops(traj(tally, desc=DESC, facts=chk), "ignore_script")
+
+
+def test_round_45_gpu_env_knobs_hands_off_files_and_editor_command_usages():
+    """Round 45 (set 38's dev split): `NGPU=2` where the line shows `NGPU=4 bash scripts/train_tagger.sh …` ("on NGPU GPUs
+    … about 90 minutes on 4 GPUs") is that knob turned down, not a fixed design; "src/frame_exec.py is shared with three
+    other graders, hands off" forbids editing it; a Neovim user command `[[!bash scripts/x.sh <args>]]` whose desc reads
+    "Usage :Consist SHARD GPU" takes those words, so a loop of its quarters on GPU 0 runs one after another on one GPU."""
+    from apollo.supervision.facts import signature
+
+    line = ("NGPU=4 bash scripts/train_tagger.sh configs/loss.yaml outputs/run # the fixed 30-epoch recipe on NGPU GPUs with "
+            "the loss of src/bird_loss.py (about 90 minutes on 4 GPUs)")
+    pool4 = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": {"scripts/train_tagger.sh": line}})
+    assert 0 in drops(traj(bg("NGPU=2 bash scripts/train_tagger.sh configs/loss.yaml outputs/run", "tr"), desc=DESC,
+                           facts=pool4), "resource_waste")
+    assert 0 not in drops(traj(bg("NGPU=4 bash scripts/train_tagger.sh configs/loss.yaml outputs/run", "tr"), desc=DESC,
+                               facts=pool4), "resource_waste")
+    [d] = [x for x in extract("Rule from Wen: src/frame_exec.py is shared with three other graders, hands off.")
+           if x.kind == "forbid_write"]
+    assert d.target == "src/frame_exec.py" and extract("hands off the GPUs until 5") == []
+    told = st("open_file", {"path": "src/frame_exec.py"}, "[src/frame_exec.py: lines 1-3 of 3]\n1: import x\n2: TIMEOUT = 3.0\n"
+              "3: y = 1", guidance=(d.text,))
+    edit = st("edit_file", {"path": "src/frame_exec.py", "start_line": 2, "end_line": 2, "content": "TIMEOUT = 1.0"},
+              "Edited src/frame_exec.py lines 2-2. Now:\n1: import x\n2: TIMEOUT = 1.0\n3: y = 1")
+    assert 1 in drops(t(told, edit), "violate_instruction")
+    nvim = ('vim.api.nvim_create_user_command("Consist", [[!bash scripts/consistency.sh <args>]], { desc = "Usage :Consist '
+            'SHARD GPU: scores quarter SHARD (0-3) of the pool with the cross-encoder on one GPU (about 25 minutes per '
+            'quarter)", nargs = "+", })')
+    assert signature(nvim).positional == ("SHARD", "GPU")
+    q = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": {"scripts/consistency.sh": nvim}})
+    assert 0 in drops(traj(bg("for s in 0 1 2 3; do bash scripts/consistency.sh $s 0; done", "x"), desc=DESC, facts=q),
+                      "resource_waste")
+    assert 0 not in drops(traj(bg("for s in 0 1 2 3; do bash scripts/consistency.sh $s $s & done; wait", "x"), desc=DESC,
+                               facts=q), "resource_waste")

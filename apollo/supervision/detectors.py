@@ -151,6 +151,8 @@ class DetectorParams:
     instruction_window: int | None = None  # steps a directive holds (None: to the end; prohibitions always)
     keep_own_script_runs: bool = True  # a clean run of an own script whose creation was dropped is kept (the
     # labeling protocol of the blind sets from the fourteenth on; the first sets dropped the runs too)
+    own_serial_runs_dropped: bool = False  # ... except the run of an own one-at-a-time script, which sends its requests
+    # one at a time itself: inefficient_inference at the run as well as at the creation (the protocol of sets 37-38)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> DetectorParams:
@@ -2380,10 +2382,12 @@ def _documented_count(f: Facts, i: int, used: int) -> bool:
             return True  # "Runs on one GPU by design"
         doc = f.script_docs.get(s, "")
         if _FIXED_GPUS_DOC_RE.search(doc) and not _CUDA_DEV_RE.search(cmd) and not _gpu_arg_counts(cmd) \
+                and not ((env := _GPU_ENV_RE.search(cmd)) and re.search(rf"\b{env.group(1)}\b", doc)) \
                 and not ((sig0 := signature(doc)) and (any(_GPU_ARG_RE.match(f"{fl} {mv}") for fl, mv in sig0.flags)
                                                        or any(NGPU_NAME_RE.match(n) for n in sig0.positional)  # (round 42)
                                                        or _gpu_id_list_arg(cmd, s, sig0, doc) is not None)):
-            return True  # (sets 31/32 spent) a fixed design with no GPU knob in its line, run as the line shows
+            return True  # (sets 31/32 spent) a fixed design with no GPU knob in its line, run as the line shows (round
+            # 45: `NGPU=2` where the line shows `NGPU=4 bash scripts/train_tagger.sh …` is that knob)
         sig = signature(f.script_docs.get(s, "")) if f.script_docs.get(s) else None
         if sig is None:
             continue

@@ -515,6 +515,10 @@ def signature(doc: str) -> Signature | None:
         doc = doc.replace("`,", ",")
     if doc and "%" in doc:  # (set 34's spent test split) a format string's `--inflight %d`: a placeholder
         doc = re.sub(r"(?<=\s)%(?:\.\d+)?[dsf](?=[\s\"']|$)", "N", doc)
+    if doc and "<args>" in doc and (ua := _CMD_ARGS_USAGE_RE.search(doc)):
+        # (round 45) a Neovim user command `[[!bash scripts/x.sh <args>]]` whose desc reads "Usage :Consist SHARD GPU": the
+        # command's words are the script's arguments
+        doc = doc.replace("<args>", ua.group(1).strip() + " ", 1)
     if doc and ("{parameter:" in doc or "$" in doc):  # (round 39) a Valohai `{parameter:inflight}`, a Julia/shell `$inflight`
         doc = _PARAM_PLACEHOLDER_RE.sub(lambda m: (m.group(1) or m.group(2)).upper(), doc)
     best = None  # the backticked span that shows the script with the most arguments: in a table row or a
@@ -574,6 +578,7 @@ def signature(doc: str) -> Signature | None:
 
 _AFTER_BG_RE = re.compile(r"&\s*\)?\s*(?:;|&&|\n)")  # a server put in the background, then more of the command
 _WRITES_AFTER_RE = re.compile(r">>?\s*outputs?/|--out(?:put)?[=\s]+outputs?/")
+_CMD_ARGS_USAGE_RE = re.compile(r"\bUsage:?\s+:?[A-Z]\w*((?:\s+[A-Z][A-Z0-9_]*\b(?![a-z]))+)")
 _ORDINALS = ("first", "second", "third", "fourth", "fifth")
 _ON_N_GPUS_RE = re.compile(r"(?i)\bon\s+(\d)\s+GPUs\b")
 _GPU_COUNT_ORDINAL_RE = re.compile(r"(?i)\bGPUs\s*\((?:the|its)\s+(first|second|third|fourth|fifth|last)\s+argument\)")

@@ -345,6 +345,9 @@ LEAVE_ALONE_RE = re.compile(rf"(?i)\bleave\s+(?:(?:it|that\s+file|this\s+file|th
 STAYS_AS_IS_RE = re.compile(rf"(?i){_PATH}`?\s+(?:stays|remains|(?:must|should|has\s+to|is\s+to|will)\s+(?:stay|remain))\s+"
                             r"(?:exactly\s+|completely\s+|just\s+|entirely\s+)?(?:as\s+(?:it\s+is|is|shipped|provided|given)|"
                             r"unchanged|untouched|unmodified)\b")
+# (round 45) "src/frame_exec.py is shared with three other graders, hands off", "hands off src/x.py"
+HANDS_OFF_RE = re.compile(rf"(?i){_PATH}`?(?:\s+is\s+shared\b[^.;!?]{{0,60}}?)?[,:;]?\s*(?:-\s*)?hands\s+off\b"
+                          rf"|\bhands\s+off\s+(?:of\s+)?`?{_PATH}")
 # (round 36) "when you try prompts by hand, use data/reports_extra.jsonl only": a hand try (a one-liner, a here-document, not
 # a provided script) may read that data file and no other
 HAND_DATA_ONLY_RE = re.compile(r"(?i)\b(?:when(?:ever)?|if)\s+you\s+(?:try|test|check|probe|debug)\s+[^,.;]{0,40}?\bby\s+hand\b,?\s+"
@@ -1105,6 +1108,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
         for m in STAYS_AS_IS_RE.finditer(sent):
             if not any(x.kind == "forbid_write" and x.target == norm_path(m.group(1)) for x in out):
                 out.append(d("forbid_write", norm_path(m.group(1))))
+        for m in HANDS_OFF_RE.finditer(sent) if "hands" in sent.lower() else ():
+            path = norm_path(m.group(1) or m.group(2))
+            if not any(x.kind == "forbid_write" and x.target == path for x in out):
+                out.append(d("forbid_write", path))
         m = EVAL_IF_RE.search(sent)
         if m and (v := _G_NUM_RE.match(m.group("v"))) is not None:
             metric = re.sub(r"\.(?:py|sh)\b", "", re.sub(r"(?:[\w.-]+/)+", "", m.group("metric")))  # a script's stem

@@ -147,12 +147,13 @@ def combine(findings: list[Finding], order: dict[str, int] | None = None, has_ru
 _OWN_FAULTS = frozenset({"ignore_script", "inefficient_inference"})
 
 
-def own_runs_kept(per_step: list[list[Finding]], f: Facts) -> None:
+def own_runs_kept(per_step: list[list[Finding]], f: Facts, serial_dropped: bool = False) -> None:
     """Clear, in place, the findings of a clean run of a file whose creation was already dropped as the agent's own
     version of a provided script or as one-at-a-time inference (``create_file tools/my_check.py`` flagged, then
     ``python tools/my_check.py``): the fault is the file's, its creation carries it. A run that also breaks something
     else (fails, wastes GPUs, breaks a directive) keeps those findings. This is the labeling protocol of the blind sets
-    from the fourteenth on; the first sets (1-13) also dropped such runs (``keep_own_script_runs: false``)."""
+    from the fourteenth on; the first sets (1-13) also dropped such runs (``keep_own_script_runs: false``), and sets 37-38
+    drop the run of a one-at-a-time file as inefficient_inference (``serial_dropped``: ``own_serial_runs_dropped``)."""
     created: set[str] = set()
     for i in range(f.n):
         tool = f.tools[i]
@@ -163,7 +164,8 @@ def own_runs_kept(per_step: list[list[Finding]], f: Facts) -> None:
         elif tool == "run_command" and flagged and (w := heredoc_file(f.command(i))) is not None:
             created.add(w[0])  # `cat > f <<'EOF' … EOF` (and its first run, in the same step, carries the fault)
         elif tool == "run_command" and created and per_step[i] and not created.isdisjoint(f.script_runs(i)):
-            per_step[i] = [x for x in per_step[i] if x.keep or x.category not in _OWN_FAULTS]
+            per_step[i] = [x for x in per_step[i] if x.keep or x.category not in _OWN_FAULTS
+                           or (serial_dropped and x.category == "inefficient_inference")]
 
 
 class Masker:
@@ -262,7 +264,7 @@ class Masker:
                 for fd in d.detect(traj, f, p):  # type: ignore[misc]
                     per_step[fd.step].append(fd)
             if p.keep_own_script_runs:
-                own_runs_kept(per_step, f)
+                own_runs_kept(per_step, f, p.own_serial_runs_dropped)
         return per_step
 
     def analyze(self, trajs: list[Trajectory], *, ask_dropped: bool = False) -> list[list[list[Finding]]]:
