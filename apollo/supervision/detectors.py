@@ -300,13 +300,18 @@ def detect_ignore_script(traj: Trajectory, f: Facts, p: DetectorParams) -> list[
 _CP_RE = re.compile(r"(?:^|&&|;|\|\|)\s*(?:cp|mv)\s+(?:-\w+\s+)*(\S+)\s+(\S+)\s*(?=$|&&|;|\|\|)")
 
 
+def _cp_pairs(cmd: str) -> list[tuple[str, str]]:
+    """(destination, source) of each two-path `cp`/`mv` part of a command, in order."""
+    return [(norm_path(b), norm_path(a)) for a, b in _CP_RE.findall(cmd)]
+
+
 def _puts_in_place(f: Facts, i: int, targets: list[str]) -> bool:
     """(set 37's spent test split) Command ``i`` only copies into each output a file an earlier step of the agent wrote
     (`cp outputs/selected_a.jsonl outputs/selected.jsonl`, the backup taken before a variant; `cp outputs/selected_b.jsonl
     …`, the variant its program wrote at an earlier step): it puts a made file in place, it writes nothing by hand."""
     if "cp " not in f.command(i) and "mv " not in f.command(i):
         return False
-    pairs = {norm_path(b): norm_path(a) for a, b in _CP_RE.findall(f.command(i))}
+    pairs = dict(_cp_pairs(f.command(i)))
     return all(t in pairs and any(f.oks[j] and pairs[t] in f.written_paths(j) for j in range(i)) for t in targets)
 
 
@@ -620,6 +625,11 @@ def _metric_script(f: Facts, content: str) -> str | None:
 _PD_READ_RE = re.compile(r"""\bread_(?:parquet|csv|json|table)\(\s*[fr]?['"]([^'"{}]+)['"]""")  # (round 40) pandas reads
 
 
+def _code_reads(code: str) -> set[str]:
+    """The literal paths a program opens for reading or reads with pandas."""
+    return {a or b for a, b in _OPEN_READ_RE.findall(code)} | set(_PD_READ_RE.findall(code))
+
+
 def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...] = (), heredoc: bool = False) -> str | None:
     """The provided script an agent-written script duplicates, or None; a wrapper that calls a provided
     script is none. Same function: by the words of the names (synonyms, or one word a prefix of the
@@ -653,7 +663,7 @@ def own_version_of(f: Facts, path: str, content: str, redirected: tuple[str, ...
         # task provides the dev scorer: the labelers of sets 12 and 13 name it ignore_script whatever metric it prints
     if inline:  # a one-liner has no name: only what it reads and writes and the provided script's line tell
         writes = [p for p in (code_outputs(content, []) or []) if content.count(p) == 1] + list(redirected)
-        reads = {a or b for a, b in _OPEN_READ_RE.findall(content)} | set(_PD_READ_RE.findall(content))
+        reads = _code_reads(content)
         works = bool(writes) or bool(_WORK_CALL_RE.search(content))
         for s in f.scripts:
             doc = f.script_docs.get(s, "")
@@ -1003,7 +1013,7 @@ def _report_redone(f: Facts, i: int, code: str) -> str | None:
     if f.steps[i].observation.exit_code or code_outputs(code, []) or "print" not in code or not (
             _TALLY_RE.search(code) or re.search(r"\+=|\+ =", code)):
         return None  # (a one-liner that failed is its error first)
-    reads = {a or b for a, b in _OPEN_READ_RE.findall(code)} | set(_PD_READ_RE.findall(code))
+    reads = _code_reads(code)
     reads |= {m.group(1) for m in re.finditer(r"""(?:listdir|glob)\(\s*f?["']([\w./-]+?)/?["']""", code)}
     reads = {norm_path(r.split("{", 1)[0].rstrip("/")) for r in reads if "/" in r}
     if not reads:
@@ -3854,7 +3864,7 @@ def _copy_restored(f: Facts, i: int, evals: list[int]) -> int | None:
         return None
 
     def pairs(j: int) -> dict[str, str]:
-        return {norm_path(b): norm_path(a) for a, b in _CP_RE.findall(f.command(j))} if f.tools[j] == "run_command" else {}
+        return dict(_cp_pairs(f.command(j))) if f.tools[j] == "run_command" else {}
 
     w = next((j for j in range(i - 1, -1, -1) if f.oks[j] and f.writes[j] and any(
         covers(p, e) for p in f.written_paths(j) for e in f.eval_inputs)), None)
@@ -3865,8 +3875,8 @@ def _copy_restored(f: Facts, i: int, evals: list[int]) -> int | None:
         return None
     for e, src in put.items():
         b = next((j for j in range(w, -1, -1) if f.oks[j] and pairs(j).get(src) == e), None)
-        segs = [(norm_path(x), norm_path(y)) for x, y in _CP_RE.findall(f.command(b))] if b is not None else []
-        if b is not None and segs.index((e, src)) > min((n for n, (_, y) in enumerate(segs) if y == e), default=len(segs)):
+        segs = _cp_pairs(f.command(b)) if b is not None else []  # (destination, source), in order
+        if b is not None and segs.index((src, e)) > min((n for n, (dst, _) in enumerate(segs) if dst == e), default=len(segs)):
             return None  # (the copy was taken after the file was replaced in the same command)
         if b is None or any(f.oks[j] and src in f.written_paths(j) for j in range(b + 1, w)):
             return None

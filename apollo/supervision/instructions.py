@@ -1547,14 +1547,10 @@ def _clock_after(text: str, at: float | None) -> tuple[str, float | None]:
     """``text`` with "after/past HH:MM" read as "after then" (and "down by HH:MM" as "down by then": set 37's spent test
     split), and that time (epoch seconds, UTC, the day of ``at``, or the next one if it passed before ``at``; None: no
     such clock, or no delivery time)."""
+    rx, word = _AFTER_CLOCK_RE, "{} then"
     m = _AFTER_CLOCK_RE.search(text) if ":" in text else None
-    if m is None and ":" in text and " by " in text and (m := _DOWN_BY_CLOCK_RE.search(text)) is not None and at:
-        hh, mm = int(m.group(2)), int(m.group(3))
-        if hh >= 24 or mm >= 60:
-            return text, None
-        day = datetime.fromtimestamp(at, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        start = (day + timedelta(hours=hh, minutes=mm)).timestamp()
-        return _DOWN_BY_CLOCK_RE.sub(lambda c: f"{c.group(1)} by then", text), start + 86400 if start <= at else start
+    if m is None and ":" in text and " by " in text and (m := _DOWN_BY_CLOCK_RE.search(text)) is not None:
+        rx, word = _DOWN_BY_CLOCK_RE, "{} by then"
     if m is None or not at:
         return text, None
     hh, mm = int(m.group(2)), int(m.group(3))
@@ -1562,7 +1558,7 @@ def _clock_after(text: str, at: float | None) -> tuple[str, float | None]:
         return text, None
     day = datetime.fromtimestamp(at, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     start = (day + timedelta(hours=hh, minutes=mm)).timestamp()
-    return _AFTER_CLOCK_RE.sub(lambda c: f"{c.group(1)} then", text), start + 86400 if start <= at else start
+    return rx.sub(lambda c: word.format(c.group(1)), text), start + 86400 if start <= at else start
 
 
 def _clock_free(text: str, at: float | None) -> tuple[str, float | None]:
@@ -2098,16 +2094,21 @@ def _imports_module(code: str, path: str) -> bool:
         rf"\bfrom\s+{re.escape(pkg)}\s+import\s+[^\n;]*\b{re.escape(name)}\b", code))
 
 
+def _port_words(cmd: str) -> set[int]:
+    """The ports a command's words give (`--ports 9400-9403`, `serve_judge.sh 9400 9401`)."""
+    return set(port_ids(",".join(re.findall(r"(?<![\w.-])\d{4,5}(?:-\d{4,5})?(?![\w.-])", cmd))))
+
+
 def _sent_to_down_servers(f: Facts, i: int, d: Directive) -> str | None:
     """(set 37's spent test split) Run ``i``, at or past the time the servers named by the directive ("the judges") were
     to be down, sends work to the ports of such a server still up (`grade_dev.py --ports 9400-9403` beside
     `serve_judge.sh 9400-9403`)."""
-    mine = set(port_ids(",".join(re.findall(r"(?<![\w.-])\d{4,5}(?:-\d{4,5})?(?![\w.-])", f.command(i)))))
+    mine = _port_words(f.command(i))
     if not mine:
         return None
     for j in f.jobs_before[i]:
-        if j.server and any(d.target in r.rsplit("/", 1)[-1].lower() for r in f.script_runs(j.step)) and mine & set(
-                port_ids(",".join(re.findall(r"(?<![\w.-])\d{4,5}(?:-\d{4,5})?(?![\w.-])", j.command)))):
+        if j.server and any(d.target in r.rsplit("/", 1)[-1].lower() for r in f.script_runs(j.step)) \
+                and mine & _port_words(j.command):
             return (f"sent work to the {d.target} servers of step {j.step} after the time they were to be down "
                     f"({d.describe()})")
     return None
