@@ -1726,7 +1726,7 @@ def detect_performance_regression(traj: Trajectory, f: Facts, p: DetectorParams)
         # jobs started since this eval and still running at the next one: that eval does not measure them
         # (a job the agent waited out before that eval, as improper_eval reads a wait, is measured by it)
         unmeasured = {j.step for j in (f.jobs_before[pos1] if pos1 < f.n else ()) if not j.server and j.step > pos0
-                      and not _waited_out(f, pos1, j.session, p.eval_wait_s)}
+                      and not _waited_out(f, pos1, j.session, p.eval_wait_s) and not f.dev_probe(j)}
         window = set(carried) | set(range(pos0 + 1, min(pos1, f.n)))
         held = set(carried_edits)  # edits carried over: a cause only where the window has no change of its own
         if unmeasured:  # the edits that a job still running at the next eval carries out are not measured by it either
@@ -2436,8 +2436,9 @@ def _fewer_replicas(f: Facts, i: int) -> str | None:
                 int(n) for j in f.jobs_before[i] if j.server for n in _REPLICAS_FLAG_RE.findall(j.command)]  # (round 29)
             one = _one_replica_servers(f, i)
             # (round 42) "one judge replica per port" launched with four ports is four
-            n_one = sum(_port_words(f.command(j)) or 1 if any(re.search(r"(?i)\bper\s+port\b", f.script_docs.get(sc, ""))
-                                                                    for sc in f.script_runs(j)) else 1 for j in one)
+            # (set 38's spent test split) "one … replica per GPU pair" launched with two pairs is two
+            n_one = sum(_replica_arg(f, j) or (_port_words(f.command(j)) or 1 if any(
+                re.search(r"(?i)\bper\s+port\b", f.script_docs.get(sc, "")) for sc in f.script_runs(j)) else 1) for j in one)
             if one and n_one <= used:
                 started.append(n_one)  # (round 32) each launch of a one-replica server script is one replica
             counted = [n for j in _servers_launched(f, i) if (n := _replica_arg(f, j)) is not None]

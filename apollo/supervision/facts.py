@@ -254,6 +254,9 @@ _WRITES_DOC_RE = re.compile(r"--out|\bwrit|\bsav|\bOUT\b|(?<!-)->|\bproduc|\bgen
                             r"\binstalls\b", re.IGNORECASE)
 
 
+# (set 38's spent test split) a job whose line ends in a dev score and names nothing it writes: a dev probe
+_DEV_METRIC_END_RE = re.compile(r"(?i)\bthen\s+(?:prints?\s+)?(?:the\s+)?[\w -]{0,30}?\b(?:F1|accuracy|score|c?mAP|AUC|BLEU|ROUGE|"
+                                r"pass@\d+|exact[- ]match)\b[^.;]{0,40}?\bon\s+(?:data/)?dev\b")
 _DEV_CHECK_NAME_RE = re.compile(r"(?i)(?:^|/)(?:dev_[\w-]*|[\w-]*_?(?:bench|judge|eval|score)[\w-]*)\.py$")
 _EXPLICIT_WRITES_RE = re.compile(r"(?i)--out|\bwrit|\bsav|\bOUT\b|\bdumps?\b|(?<!-)->\s*`?[\w./-]+\.\w+|\binto\s+`?outputs/")
 def _names_output(o: str, cmd: str) -> bool:
@@ -1445,10 +1448,19 @@ class Facts:
         """Paths the evaluation reads (its ``## Evaluation`` section, the task's outputs); empty: unknown."""
         return _eval_inputs(self.description) | self.task_outputs
 
+    def dev_probe(self, job: Job) -> bool:
+        """(set 38's spent test split) ``job`` runs only provided scripts whose lines end in a dev score and name nothing
+        they write ("proxy fine-tune … on a selection, then field-level F1 on data/dev.jsonl"): it writes no evaluated
+        file."""
+        return not job.outputs and bool(runs := self.script_runs(job.step)) and all(
+            doc_says(_DEV_METRIC_END_RE, d := self.script_docs.get(r, "")) and not doc_says(_WRITES_DOC_RE, d) for r in runs)
+
     def may_feed_eval(self, job: Job) -> bool:
         """The job may write what the evaluation reads (unknown outputs or unknown eval inputs: yes)."""
         if job.outputs_known and not job.outputs:
             return False  # (round 15) it writes nothing (a latency probe, a dev check that prints)
+        if self.dev_probe(job):
+            return False
         if self.eval_trains and (runs := self.script_runs(job.step)) and all(r in self.eval_trains for r in runs) \
                 and not any(covers(o, e) for o in job.outputs for e in self.eval_inputs):
             return False  # (round 26) the evaluation trains through this script itself: the agent's run is a dev run

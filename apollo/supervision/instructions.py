@@ -271,7 +271,10 @@ SCORE_AFTER_WORD_RE = re.compile(r"(?i)\bafter\s+(?:every|each|any)\s+([a-z][\w-
                                  r"(?:the\s+|a\s+|your\s+)?(?:[a-z][\w-]*\s+)?([a-z][\w-]{3,})\s*\*?before\*?\s+(?:you\s+)?"
                                  r"(?:look\s+at|read|check|open|see)\s+(?:the\s+|its\s+|any\s+)?(?:score|results?|numbers?|metrics?|accuracy)\b")
 # (round 35) "… run the audit " right before "before every eval": the word that names a check
-_RUN_WORD_END_RE = re.compile(r"(?i)\b(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?([a-z][\w-]{3,})(?:\s+(?:test|check|script|probe))?\s*$")
+# (set 38's spent test split) "a timing run right before each eval": the word before "run"
+_RIGHT = r"(?:right|just|immediately|directly)"
+_RUN_WORD_END_RE = re.compile(r"(?i)(?:\b(?:re-?)?run\s+(?:the\s+|a\s+|your\s+)?|\b(?:a|the)\s+(?=[a-z][\w-]{3,}\s+run\s+" + _RIGHT
+                              + r"\s*$))([a-z][\w-]{3,})(?:\s+(?:test|check|script|probe)|\s+run\s+" + _RIGHT + r")?\s*$")
 FORBID_EVAL_RE = re.compile(rf"(?i)\b(?:{_NEG}\s+(?:calling\s+|to\s+call\s+|call\s+)?eval\w*|no\s+more\s+eval\w*"
                             r"|without\s+(?:another|more|any\s+more)\s+eval\w*)")
 FINISH_RE = re.compile(r"(?i)\bcall\s+finish\b|\bfinish\s+(?:now|the\s+task)\b")
@@ -283,6 +286,13 @@ FLAG_RE = re.compile(r"(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))?")
 PAREN_SET_RE = re.compile(r"\(\s*`?([A-Za-z]\w*[_.-]\w[\w.-]*)`?\s*[:=]\s*`?([\w.-]+)`?\s*\)")
 _INFO_LEAD_RE = re.compile(r"(?i)^(?:fyi|heads\s+up|note|btw|by\s+the\s+way|just\s+so\s+you\s+know|for\s+context)\b")
 _DEFAULT_FLAG_RE = re.compile(r"(?i)\bdefault\s+(?:value\s+(?:of|for)\s+)?$")
+# (set 38's spent test split) the script as the subject: "scripts/check_items.py runs exactly as shipped for this set"
+RUNS_AS_SHIPPED_RE = re.compile(r"(?i)((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+(?:runs|is\s+run|(?:must|should|has\s+to)\s+(?:be\s+)?run)\s+"
+                                r"(?:exactly\s+)?as\s+(?:shipped|documented|(?:it\s+is\s+)?written|its\s+line\s+shows)\b")
+NO_EXTRA_FLAGS_RE = re.compile(r"(?i)\bno\s+(?:extra|other|additional|more)\s+(?:flags|options|arguments)\b")
+# "before any eval, scripts/audit_calls.py must show zero puzzles over the limits": S to run before each eval
+_MUST_SHOW_RE = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+(?:must|has\s+to|needs\s+to|should)\s+"
+                           r"(?:show|report|print|pass|come\s+back|say)\b")
 OPEN_BEFORE_EDIT_RE = re.compile(rf"(?i)\b(?:open|read|view|look\s+at)\s+{_PATH}\b.*\bbefore\s+(?:edit|chang|modif)")
 SET_IN_RE = re.compile(rf"(?i)\bin\s+{_PATH},?\s+set\s+(.+)$")
 SET_TO_RE = re.compile(rf"(?i)\bset\s+(.+?)\s+in\s+{_PATH}(?=\s*(?:[.;,]|$))")
@@ -572,7 +582,8 @@ NEG_CUE_RE = re.compile(r"(?i)\b(?:not|don'?t|never|no|avoid)\b")
 NO_CONCURRENT_RE = re.compile(r"(?i)\b(?:do\s+not|don'?t|never|no)\s+(?:run|start|launch|have|kick\s+off)\s+(?:two|2|multiple|several|"
                               r"more\s+than\s+one)\s+([\w-]+)\s+(?:runs?|jobs?|harness(?:es)?|instances?|processes)\b[^.;!?]{0,20}?"
                               r"\b(?:at\s+the\s+same\s+time|at\s+once|in\s+parallel|concurrently|simultaneously)"
-                              r"|\b(?:only\s+|just\s+)?one\s+(?:full\s+|big\s+|dev\s+)?([\w-]+)\s+(?:run|job)\s+at\s+a\s+time\b"
+                              r"|\b(?:only\s+|just\s+)?one\s+(?:full\s+|big\s+|dev\s+)?([\w-]+)\s+(?:run|job|fine-?tune|training|sweep)"
+                              r"\s+at\s+a\s+time\b"  # (set 38's spent test split: "one proxy fine-tune at a time")
                               # (set 37's spent test split) "at most one proxy fine-tune on the GPUs at any moment"
                               r"|\bat\s+most\s+one\s+([a-z]+)[\w\s-]{0,40}?\bat\s+(?:any|one|the\s+same)\s+(?:moment|time)\b")
 # a later message that lifts an earlier rule on a topic: "no more concurrency limit", "the k limit is off", "k=2 is fine
@@ -948,6 +959,8 @@ def _extract(text: str) -> tuple[Directive, ...]:
         if script is None:
             m = USE_SCRIPT_RE.search(sent)
             script = m.group(1) if m and m.group(1) else None
+        if script is None and (m := RUNS_AS_SHIPPED_RE.search(sent)):
+            script = m.group(1)  # (set 38's spent test split) "scripts/check_items.py runs exactly as shipped …"
         if script is None and (ct := CALLS_THROUGH_RE.search(sent)):
             # (set 37's spent test split) "every model call goes through ftk/client.py - no direct OpenAI clients": a
             # program that makes its own client instead breaks it
@@ -999,6 +1012,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
         pre_eval = EVAL_PRECOND_RE.search(sent)
         if script is None and pre_eval and (cm := _CHECK_SCRIPT_RE.search(sent[:pre_eval.start()])):
             script = cm.group(1)  # "next time check ner_dev before calling eval"
+        if script is None and pre_eval and (cm := _MUST_SHOW_RE.search(sent)):
+            # (set 38's spent test split) "before any eval, scripts/audit_calls.py must show zero puzzles over the limits",
+            # "scripts/audit_calls.py has to show zero over the limits before any eval"
+            script = cm.group(1)
         if script and pre_eval and not LAST_EVAL_RE.search(sent):
             # "run S1 and S2 on a new checkpoint before you spend an eval on it": a precondition of every
             # later eval, not an order to run S now
@@ -1034,7 +1051,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
                          for fm in FLAG_RE.finditer(tail) if not _DEFAULT_FLAG_RE.search(tail[:fm.start()])
                          # (set 33's spent test split) "with its defaults only (no --max-len changes)": kept at its default
                          and not re.search(r"(?i)\bno\s*$", tail[:fm.start()])}
-                flags.update({fm.group(1): _AT_DEFAULT for fm in FLAG_RE.finditer(tail) if re.search(r"(?i)\bno\s*$", tail[:fm.start()])})
+                flags.update({fm.group(1): _AT_DEFAULT for fm in FLAG_RE.finditer(tail)
+                              if re.search(r"(?i)\b(?:no|same)\s*$", tail[:fm.start()])})  # ("same --overlap": its default)
+                if NO_EXTRA_FLAGS_RE.search(tail):
+                    flags[_NO_EXTRA] = "1"  # (set 38's spent test split) "…, same --overlap and no extra flags"
                 if k and (not flags or re.search(rf"(?i){_NEG}\s+(?:\w+\s+){{0,2}}{re.escape(name)}", sent)):
                     continue  # (a later script without flags of its own: named, not ordered with settings)
                 out.append(d("use_script", norm_path(name), flags))
@@ -1619,6 +1639,9 @@ def directives(f: Facts) -> list[Directive]:
                 if d.kind in ("eval_needs_check", "score_needs_check") and d.values.get("word"):  # (round 35) "the audit":
                     # scripts/audit_calls.py
                     named = [sc for sc in f.scripts if d.target in re.split(r"[_.\-/]+", sc.lower())]
+                    if not named and len(d.target) > 5 and len(stem := re.sub(r"(?:ing|s)$", "", d.target)) >= 3:
+                        # (set 38's spent test split) "a timing run": scripts/time_reward.py
+                        named = [sc for sc in f.scripts if any(w.startswith(stem) for w in re.split(r"[_.\-/]+", sc.lower()))]
                     if len(named) == 1:
                         d.target = named[0]
             out.extend(new)
@@ -1806,8 +1829,8 @@ def _flags_match(cmd: str, values: dict[str, str]) -> bool:
     """Every flag the directive gives a value for is on ``cmd`` with that value."""
     for fl, v in values.items():
         got = _flag_value(cmd, fl)
-        if v == _AT_DEFAULT:
-            continue  # left at its default: judged where the run is (see use_script)
+        if v == _AT_DEFAULT or fl == _NO_EXTRA:
+            continue  # left at its default / no extra flag: judged where the run is (see use_script)
         if v and (got is None or _norm_value(got) != _norm_value(v)):
             return False
     return True
@@ -2520,6 +2543,7 @@ def _named_before(d: Directive, runs: set[str]) -> bool:
 
 
 _AT_DEFAULT = "(default)"  # a use_script flag to be left at its usage line's default ("no --max-len changes")
+_NO_EXTRA = "(no extra flags)"  # a use_script value: no flag its usage line does not show ("no extra flags")
 
 
 def _usage_default(f: Facts, script: str, flag: str) -> str:
@@ -2528,6 +2552,15 @@ def _usage_default(f: Facts, script: str, flag: str) -> str:
 
     sig = signature(f.script_docs.get(script, "")) if f.script_docs.get(script) else None
     return next((mv for fl, mv in (sig.flags if sig else ()) if fl == flag), "")
+
+
+def _extra_flags(f: Facts, i: int, script: str) -> str | None:
+    """(set 38's spent test split) A flag run ``i`` passes to ``script`` that its usage line does not show."""
+    for s, sig, _, flags in f.script_calls(i):
+        if same_script(s, script):
+            shown = {fl for fl, _ in sig.flags}
+            return next((fl for fl in flags if fl not in shown), None)
+    return None
 
 
 def _orders_run(d: Directive) -> bool:
@@ -2780,11 +2813,14 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
             elif d.kind == "use_script":
                 if d.target in runs:
                     attempted.add(key)
-                    bad = [(fl, v) for fl, v in d.values.items() if v and (got := _flag_value(f.command(i), fl))
+                    bad = [(fl, v) for fl, v in d.values.items() if v and fl != _NO_EXTRA and (got := _flag_value(f.command(i), fl))
                            is not None and _norm_value(got) != _norm_value(_usage_default(f, d.target, fl) if v == _AT_DEFAULT else v)]
                     missing = [fl for fl, v in d.values.items() if not v and not re.search(
                         rf"(?<![\w-]){re.escape(fl)}(?![\w-])", f.command(i))] if ok else []
-                    if bad:
+                    extra = _extra_flags(f, i, d.target) if _NO_EXTRA in d.values else None
+                    if extra:
+                        reason = f"ran {d.target} with {extra}, which its line does not show ({d.describe()})"
+                    elif bad:
                         fl, v = bad[0]
                         reason = f"ran {d.target} with another {fl} than the {'default' if v == _AT_DEFAULT else v} asked " \
                                  f"for ({d.describe()})"
