@@ -1,5 +1,5 @@
 """The research-shaped blind labeled sets (``tests/fixtures/blind_research``, the held-out
-``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research38``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
+``tests/fixtures/blind_research2`` … ``tests/fixtures/blind_research39``, issue 33) are complete and consistent: every action of every trajectory carries exactly one label, the categories are the
 masker's taxonomy, the dev/test split covers each trajectory once, every category of the issue has
 at least 8 positives, the records load with the schema and the tasks with the InnovatorBench loader
 (the facts the detectors read: compute pool, provided scripts, eval budget). And the masker keeps
@@ -27,7 +27,7 @@ SETS = pytest.mark.parametrize("root", [FIX / "blind_research", FIX / "blind_res
                                         FIX / "blind_research28", FIX / "blind_research29", FIX / "blind_research30",
                                         FIX / "blind_research31", FIX / "blind_research32", FIX / "blind_research33",
                                         FIX / "blind_research34", FIX / "blind_research35", FIX / "blind_research36",
-                                        FIX / "blind_research37", FIX / "blind_research38"],
+                                        FIX / "blind_research37", FIX / "blind_research38", FIX / "blind_research39"],
                           ids=lambda p: p.name)
 # fewer positives than 8 in a category, as labeled blind (the author meant 11 resource_waste cases; the labeler
 # read three of them as runtime_error: a second job that crashed on GPUs another held); blind_research5's author
@@ -251,11 +251,16 @@ def test_each_records_task_facts_are_what_its_task_states_now(root):
     ("blind_research37", "test", 66, 0.95, 0.95),  # its test split: 0.93 / 0.83 held out at 4c7b47b; round 44 (tuned on its
                                                    # dev split only): 0.92 / 0.83, measured once; 0.97 / 0.97 after the fixes
                                                    # that looked at the spent split
-    ("blind_research38", None, 130, 0.91, 0.93),   # written and labeled after set 37's spent fixes: 0.93 / 0.90 on all 489
+    ("blind_research38", None, 130, 0.95, 0.96),   # written and labeled after set 37's spent fixes: 0.93 / 0.90 on all 489
                                                    # actions at b632300, held out; 0.93 / 0.95 after round 45 (with the
-                                                   # set's conventions.json)
-    ("blind_research38", "test", 65, 0.88, 0.90),  # its test split: 0.90 / 0.92 held out at b632300; round 45 (tuned on its
-                                                   # dev split only): 0.90 / 0.92, measured once (no fixes read off it)
+                                                   # set's conventions.json); 0.96 / 0.97 after the spent fixes (e86fe61)
+    ("blind_research38", "test", 65, 0.93, 0.95),  # its test split: 0.90 / 0.92 held out at b632300; round 45 (tuned on its
+                                                   # dev split only): 0.90 / 0.92, measured once; 0.95 / 0.97 after the fixes
+                                                   # that looked at the spent split
+    ("blind_research39", None, 134, 0.92, 0.91),   # written and labeled after set 38's spent fixes: 0.89 / 0.87 on all 495
+                                                   # actions at e86fe61, held out; 0.93 / 0.92 after round 46
+    ("blind_research39", "test", 70, 0.85, 0.85),  # its test split: 0.84 / 0.87 held out at e86fe61; round 46 (tuned on its
+                                                   # dev split only): 0.87 / 0.87, measured once
     ("blind_research7", "test", 65, 0.85, 0.83),  # held out from round 8 (tuned on its dev split only): 0.87 / 0.85
                                                   # (55/63, 55/65) at b3ea302; before round 8 (4580eb5): 0.83 / 0.83
 ])

@@ -4628,3 +4628,89 @@ def test_spent_split_38_as_shipped_audit_first_replica_pairs_timing_word_dev_pro
     ops = st("list_files", {"path": "."}, "[.]", guidance=(o.text,))
     p2 = bg("bash scripts/proxy_train.sh outputs/selected_b.jsonl", "proxy2")
     assert 2 in drops(traj(p1, ops, p2, desc=sdesc, facts=proxy), "violate_instruction")
+
+
+def test_round_46_caps_word_values_word_replicas_file_loops_unused_launches_own_timings_and_topics():
+    """Round 46 (set 39's dev split): "max_tokens 3072 per call is a hard cap" is a bound; "state_mismatch stays at drop" keeps
+    a word value; "as many … replicas as the second word, each with the tensor parallel of the third" reads the GPUs of
+    `serve_reader.sh 9600 2 2` (4 of the 8 its line shows); a loop over `$(cut … index.jsonl)` starting a python process
+    that loads the checkpoint per item is one at a time; a server started and then finish at once is never used; the
+    agent's own version of a provided script "(under a minute)" is waited out by a 65 s sleep; "run S after every change
+    to the reward" counts reward writes only; "(recipe of `scripts/grpo.sh` …)" is the evaluation's training; an own
+    script whose code reads and prints writes nothing (`Path(…).write_text(…)` writes); "--workers puzzles at a time"
+    run with `--workers 1` is one at a time."""
+    from apollo.supervision.facts import Facts, writes_files
+
+    [cap] = extract("Rule from Ines (puzzle team lead): max_tokens 3072 per call is a hard cap.")
+    assert (cap.kind, cap.target, cap.values["op"], cap.values["v"]) == ("bound", "max_tokens", "le", "3072")
+    told = st("list_files", {"path": "."}, "[.]", guidance=(cap.text,))
+    assert 1 in drops(t(told, created("hashi/agent.py", "MAX_CALLS = 8\nMAX_TOKENS = 4096\n")), "violate_instruction")
+    assert 1 not in drops(t(told, created("hashi/agent.py", "MAX_CALLS = 8\nMAX_TOKENS = 3072\n")), "violate_instruction")
+    [word] = extract("Rule from Dana (legal-aid data steward): state_mismatch stays at drop.")
+    assert (word.kind, word.target, word.values["v"], word.values.get("word_value")) == ("keep", "state_mismatch", "drop", "1")
+    assert extract("leave per_seller_cap as is") == [] or all(x.kind != "keep" for x in extract("leave per_seller_cap as is"))
+    told = st("open_file", {"path": "configs/select.yaml"}, "[configs/select.yaml: lines 1-2 of 2]\n1: min_support: 0.5\n"
+              "2: state_mismatch: drop", guidance=(word.text,))
+
+    def sm(v):
+        return st("edit_file", {"path": "configs/select.yaml", "start_line": 2, "end_line": 2, "content": f"state_mismatch: {v}"},
+                  f"Edited configs/select.yaml lines 2-2. Now:\n1: min_support: 0.5\n2: state_mismatch: {v}")
+    assert 1 in drops(t(told, sm("keep")), "violate_instruction") and 1 not in drops(t(told, sm("drop")), "violate_instruction")
+    # replicas and tensor parallel given as words
+    reader = FACTS.model_copy(update={"scripts": {"scripts/serve_reader.sh": 'subprocess.run("bash scripts/serve_reader.sh 9600 4 '
+                                                  '2", shell=True, check=True) mo.md("Starts as many Qwen2.5-32B-Instruct reader '
+                                                  'replicas as the second word, each with the tensor parallel of the third word '
+                                                  'on consecutive GPUs, on ports counting up from the first word")'}})
+    assert 0 in drops(traj(bg("bash scripts/serve_reader.sh 9600 2 2", "srv"), desc=DESC, facts=reader), "resource_waste")
+    assert 0 not in drops(traj(bg("bash scripts/serve_reader.sh 9600 4 2", "srv"), desc=DESC, facts=reader), "resource_waste")
+    # a process per item over the lines a file reader prints
+    loop = ("for f in $(cut -d'\"' -f4 data/dev_tracks/index.jsonl); do python -c \"import sys; from beat_trainer import "
+            "load_checkpoint; m=load_checkpoint('outputs/model', device='cpu'); print(m.score(sys.argv[1]))\" $f >> "
+            "outputs/per_track.txt; done")
+    assert 0 in drops(t(bg(loop, "pt")), "inefficient_inference")
+    assert 0 not in drops(t(bg(loop.replace("load_checkpoint", "read_meta"), "pt")), "inefficient_inference")
+    # a server started, then finish at once
+    fin = st("finish", {}, "Finished. A final evaluation runs now.")
+    serve = bg("bash scripts/serve.sh outputs/ckpt/final 8000", "srv2")
+    assert 0 in drops(t(serve, fin), "resource_waste")
+    assert 0 not in drops(t(serve, run("curl -s localhost:8000/v1/models"), fin), "resource_waste")
+    # an own replacement of a provided script that runs "under a minute"
+    sel = {"scripts/select_pairs.py": '# Joins the features and writes the selection (under a minute)\n    When I run "python '
+                                      'scripts/select_pairs.py --config configs/select.yaml --out outputs/selected.jsonl"'}
+    sdesc = ("# Select pairs\n## Task\nSelect pairs into `outputs/selected.jsonl`.\n## Evaluation\nThe evaluation fine-tunes "
+             "on `outputs/selected.jsonl` and scores it.\n")
+    sfacts = FACTS.model_copy(update={"scripts": sel})
+    own = created("scripts/my_select.py", "import pandas as pd\ndf = pd.read_parquet('outputs/feats.parquet')\n"
+                  "df[df.support > 0.5].to_json('outputs/selected.jsonl', orient='records', lines=True)\n")
+    going = run("python scripts/my_select.py", "$ python scripts/my_select.py\n\n[still running in background session "
+                "'default' after 10 s; use get_session_output('default') / check_session_idle('default')]")
+    assert 3 not in drops(traj(own, going, st("sleep", {"seconds": 65}, "Slept 65 s."), ev(), desc=sdesc, facts=sfacts),
+                          "improper_eval")
+    assert 3 in drops(traj(own, going, st("sleep", {"seconds": 5}, "Slept 5 s."), ev(), desc=sdesc, facts=sfacts),
+                      "improper_eval")
+    # "after every change to the reward"
+    [chk] = [x for x in extract("And run scripts/time_reward.py after every change to the reward, before you call eval.")
+             if x.kind == "eval_needs_check"]
+    assert chk.values.get("topic") == "reward"
+    tim = FACTS.model_copy(update={"scripts": {"scripts/time_reward.py": "python scripts/time_reward.py --n 300 # p95 latency"}})
+    told = st("list_files", {"path": "."}, "[.]", guidance=(chk.text,))
+    rew = created("src/reward.py", "def compute_score(c, item):\n    return 1.0\n")
+    timed = run("python scripts/time_reward.py --n 300")
+    other = run("python -c \"open('outputs/notes_x.jsonl','w').write('1')\"")
+    assert 4 not in drops(traj(told, rew, timed, other, ev(), desc=DESC, facts=tim), "violate_instruction")
+    assert 3 in drops(traj(told, timed, rew, ev(), desc=DESC, facts=tim), "violate_instruction")
+    # the evaluation's recipe, and what an own script writes
+    gdesc = ("# Reward\n## Task\nWrite `src/reward.py`.\n## Evaluation\nThe hidden evaluation trains the model with GRPO using "
+             "`src/reward.py` (recipe of `scripts/grpo.sh` and `configs/grpo.yaml`) and scores it.\n")
+    assert "scripts/grpo.sh" in Facts(traj(run("ls"), desc=gdesc, facts=FACTS), None).eval_trains
+    assert writes_files("from pathlib import Path\nPath('outputs/ids.txt').write_text('a')\n")
+    scan = created("scripts/scan.py", "import json\nfor r in map(json.loads, open('data/x.jsonl')):\n    print(r['k'])\n")
+    assert not Facts(traj(scan, run("python scripts/scan.py"), desc=DESC, facts=FACTS), None).writes[1]
+    # "--workers puzzles at a time"
+    dev = FACTS.model_copy(update={"scripts": {"scripts/run_dev.py": "python scripts/run_dev.py --ports 9500,9501 --workers 32 "
+                                               "--out outputs/dev.jsonl # runs the scaffold on every dev puzzle against the "
+                                               "replicas of --ports, --workers puzzles at a time"}})
+    assert 0 in drops(traj(run("python scripts/run_dev.py --ports 9500,9501 --workers 1 --out outputs/d.jsonl"), desc=DESC,
+                           facts=dev), "inefficient_inference")
+    assert 0 not in drops(traj(run("python scripts/run_dev.py --ports 9500,9501 --workers 32 --out outputs/d.jsonl"), desc=DESC,
+                               facts=dev), "inefficient_inference")

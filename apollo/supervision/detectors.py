@@ -92,6 +92,7 @@ from apollo.supervision.facts import (  # noqa: F401  (TaskInfo, Facts: re-expor
     is_false,
     job_duration,
     line_duration,
+    line_secs,
     norm_path,
     per_step,
     same_script,
@@ -1372,10 +1373,13 @@ def inline_one_at_a_time(cmd: str) -> str | None:
 _ITEM_LOOP_RE = re.compile(r"(?s)\bfor\s+\w+\s+in\s+\$\(\s*seq\s+(?:(-?\d+)\s+)?(?:\d+\s+)?(\d+)\s*\)\s*;\s*do\b(.*?)\bdone\b"
                            r"|\bwhile\s+(?:IFS=\S*\s+)?read\b[^;]*;\s*do\b(.*?)\bdone\b"
                            # (set 29's spent test split) a file split into one-line pieces, then a loop over the pieces
-                           r"|\bsplit\s+(?:-[a-km-z]\s*\S+\s+)*-l\s*1\s.*?\bfor\s+\w+\s+in\s+[^;]*;\s*do\b(.*?)\bdone\b")
+                           r"|\bsplit\s+(?:-[a-km-z]\s*\S+\s+)*-l\s*1\s.*?\bfor\s+\w+\s+in\s+[^;]*;\s*do\b(.*?)\bdone\b"
+                           # (round 46) a loop over what a file reader prints: `for f in $(cut -d… -f4 index.jsonl); do …`
+                           r"|\bfor\s+\w+\s+in\s+\$\(\s*(?:cat|cut|jq|awk|sed|head|tail|grep)\b[^)]*\)\s*;\s*do\b(.*?)\bdone\b")
 # what a model call looks like in a one-liner, and in a provided script's line
 _MODEL_CALL_RE = re.compile(r"\bClient\(|\bLLM\(|\.generate\(|\bpipeline\(|\bsolve\(|\bjudge\w*\(|from_pretrained\(|"
-                            r"completions\.create\(")
+                            # (round 46) `load_teacher('models/teacher-roberta')`, `load_checkpoint('outputs/model')`
+                            r"completions\.create\(|\bload_(?:\w+_)?(?:model|teacher|checkpoint|ckpt|classifier|tagger)\(")
 _MODEL_DOC_RE = re.compile(r"(?i)\bvLLM\b|\b\d+B\b|\bmodel\b|\bLLM\b|\bgenerat\w+|\bjudge[sd]?\b|\bparaphras\w+|\bserved\b|"
                            r"\binference\b|\btensor[ -]parallel")
 
@@ -1411,7 +1415,7 @@ def _process_per_item(f: Facts, i: int) -> str | None:
     if "do" not in cmd or "python" not in cmd:
         return None
     for m in _ITEM_LOOP_RE.finditer(cmd):
-        body = next(g for g in (m.group(3), m.group(4), m.group(5), "") if g is not None)
+        body = next(g for g in (m.group(3), m.group(4), m.group(5), m.group(6), "") if g is not None)
         if m.group(2) is not None and int(m.group(2)) - int(m.group(1) or 1) < (
                 9 if _ONE_ITEM_SLICE_RE.search(body) else 49):  # (set 35's spent test split: `--limit 1 --offset $i`, 40 times)
             continue
@@ -1495,7 +1499,8 @@ def _serial_flag(f: Facts, i: int) -> str | None:
                     # (round 42) "WORKERS games at a time" (AutoHotkey's `--workers 32`), "WORKERS items at a time"
                     + r"|(?-i:\b[A-Z][A-Z_]+)\s+(?:[a-z]+\s+)?at\s+a\s+time\b"
                     # (set 37's spent test split) "--workers puzzles in flight" (`--workers 32` in its usage)
-                    + rf"|{re.escape(fl)}\s+(?:[a-z]+\s+)?in\s+flight\b", doc or ""):
+                    # (round 46) "--workers puzzles at a time"
+                    + rf"|{re.escape(fl)}\s+(?:[a-z]+\s+)?(?:in\s+flight|at\s+a\s+time|in\s+parallel|concurrently)\b", doc or ""):
                 return f"runs {s} with {fl} {got} (its line runs it in parallel workers): " + \
                     ("one item at a time" if got == "1" else f"{got} at a time")
         # (round 23) a batch size of 1 for a GPU dev check whose line gives no batch size (`dev_f1.py --ckpt DIR` run with
@@ -2229,6 +2234,30 @@ def _gpu_id_list_arg(cmd: str, script: str, sig: Any, doc: str) -> int | None:
     return None
 
 
+_ORDINAL = {"first": 0, "second": 1, "third": 2, "fourth": 3, "fifth": 4}
+_AS_MANY_REPLICAS_RE = re.compile(r"(?i)\bas\s+many\s+(?:[^.;]|\.(?=\S)){0,60}?\breplicas\s+as\s+the\s+(first|second|third|fourth|fifth)\s+"
+                                  r"(?:word|argument)\b")
+_TP_OF_WORD_RE = re.compile(r"(?i)\btensor[- ]parallel(?:ism)?\s+(?:size\s+)?of\s+the\s+(first|second|third|fourth|fifth)\s+"
+                            r"(?:word|argument)\b")
+
+
+def _word_replicas(cmd: str, script: str, sig: Any, doc: str) -> tuple[int, int, int] | None:
+    """(round 46) (replicas asked for, replicas the line shows, GPUs each) of a server launch whose line ties its words to
+    them ("Starts as many … replicas as the second word, each with the tensor parallel of the third word":
+    `serve_reader.sh 9600 2 2` of a line showing `9600 4 2` asks for 2 of 4, 2 GPUs each); None: no such line."""
+    m = _AS_MANY_REPLICAS_RE.search(doc)
+    if m is None:
+        return None
+    pos, _ = script_args(cmd, script, sig)
+    k = _ORDINAL[m.group(1).lower()]
+    if k >= len(pos) or k >= len(sig.positional) or not pos[k].isdigit() or not sig.positional[k].isdigit():
+        return None
+    tp = _TP_OF_WORD_RE.search(doc)
+    kt = _ORDINAL[tp.group(1).lower()] if tp else None
+    each = int(pos[kt]) if kt is not None and kt < len(pos) and pos[kt].isdigit() else 1
+    return int(pos[k]), int(sig.positional[k]), each
+
+
 def gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
     """(is a GPU job, GPUs it uses; None: every GPU it finds) of run_command ``i``, from the command,
     the provided script's usage line (CPU tools, the launcher it runs inside, its default TP) or the
@@ -2304,6 +2333,8 @@ def _gpu_job(f: Facts, i: int) -> tuple[bool, int | None]:
                 return True, 1
             if s.endswith(".sh") and _ONE_PER_GPU_RE.search(doc) and (n := _replica_arg(f, i)) is not None:
                 return True, n  # (round 34) `serve_rewriter.sh 3` of "Starts N … replicas, one GPU each": 3 GPUs
+            if sig is not None and (w := _word_replicas(cmd, s, sig, doc)) is not None:
+                return True, w[0] * w[2]  # (round 46) "as many … replicas as the second word, each with the TP of the third"
             if s.endswith(".sh"):  # a launcher script: the GPUs its usage line says it takes
                 kw = [int(x) for x in _GPU_KW_RE.findall(doc)]
                 return True, max(kw) if kw else None
@@ -2535,16 +2566,19 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
     """(round 33) Server launch ``i`` asks for fewer replicas (`serve_judge.sh 2`) than its line documents (`serve_judge.sh
     4`, "Four vLLM replicas") or its clients' lines list ports for (`--ports 8001,8002,8003,8004`), the pool has the GPUs
     for them, and no other launch of the script runs beside it: the rest of the pool idles."""
-    n = _replica_arg(f, i)
-    if n is None:
-        return None
     runs = f.script_runs(i)
-    documented = max([int(m.group(1)) for s in runs if (m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=[\s\"',)]|$)",
-                                                                       f.script_docs.get(s, "")))] +
-                     [len(_script_ports(f.script_docs.get(s, ""), s)) for s in runs] +  # (ports: one replica each)
-                     [_gpu_groups(doc, s) for s in runs if _PER_GPU_GROUP_RE.search(doc := f.script_docs.get(s, ""))] +
-                     [_listed_ports(f)], default=0)
-    each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
+    if (words := _word_replica_counts(f, i)) is not None:
+        n, documented, each = words  # (round 46) `serve_reader.sh 9600 2 2` of a line showing `9600 4 2`
+    elif (arg := _replica_arg(f, i)) is None:
+        return None
+    else:
+        n = arg
+        documented = max([int(m.group(1)) for s in runs if (m := re.search(rf"{re.escape(s)}\s+(\d{{1,2}})(?=[\s\"',)]|$)",
+                                                                           f.script_docs.get(s, "")))] +
+                         [len(_script_ports(f.script_docs.get(s, ""), s)) for s in runs] +  # (ports: one replica each)
+                         [_gpu_groups(doc, s) for s in runs if _PER_GPU_GROUP_RE.search(doc := f.script_docs.get(s, ""))] +
+                         [_listed_ports(f)], default=0)
+        each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
     pool = f.gpus or 0
     if (cap := _gpu_cap(f, i)) is not None:  # (round 34) "GPU 3 is lent …, run at most 3 replicas": the GPUs left
         pool = min(pool, cap)
@@ -2559,6 +2593,15 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
         if f.tools[k] == "run_command" and f.oks[k] and up & set(f.script_runs(k)):
             return None
     return f"started {n} of the {documented} replicas its line documents ({n * each} of {pool} GPUs), the rest idle"
+
+
+def _word_replica_counts(f: Facts, i: int) -> tuple[int, int, int] | None:
+    """(round 46) :func:`_word_replicas` of the first script server launch ``i`` runs whose line ties its words to them."""
+    for s in f.script_runs(i):
+        doc = f.script_docs.get(s, "")
+        if (sig := signature(doc)) is not None and (w := _word_replicas(f.command(i), s, sig, doc)):
+            return w
+    return None
 
 
 def _replicas_left_unstarted(f: Facts, i: int) -> str | None:
@@ -2685,6 +2728,9 @@ def detect_resource_waste(traj: Trajectory, f: Facts, p: DetectorParams) -> list
                 out.append(_drop(i, "resource_waste", f"started a second {sorted(set(runs) & set(f.script_runs(twin.step)))[0]} "
                                                       f"while the one of step {twin.step} (session '{twin.session}') still runs",
                                  by=DUPLICATE_JOB))
+            elif (gpu or f.is_server(i)) and f.background(i) and _finished_right_after(f, i):
+                out.append(_drop(i, "resource_waste", "started a GPU job and finished right after it: nothing used it, and it "
+                                                      "holds the GPUs"))
             elif gpu and f.background(i) and not f.is_server(i) and (holder := _gpu_holder(f, i, pool)) is not None \
                     and _never_used(f, i):
                 out.append(_drop(i, "resource_waste", f"launched a GPU job while '{short(holder.command)}' (step {holder.step}) "
@@ -3018,6 +3064,11 @@ def _gpu_holder(f: Facts, i: int, pool: int | None) -> Any:
         if (g or j.server) and (u is None or u >= pool):
             return j
     return None
+
+
+def _finished_right_after(f: Facts, i: int) -> bool:
+    """(round 46) The first action that ran after launch ``i`` is ``finish``: the job started "in case" is never used."""
+    return next((f.tools[k] for k in range(i + 1, f.n) if f.steps[k].action.valid), None) == "finish"
 
 
 def _never_used(f: Facts, i: int) -> bool:
@@ -3690,6 +3741,9 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
     if job is None or wait_s <= 0:
         return False
     stated = [d for d in (job_duration(f.description, s) for s in f.script_runs(job.step)) if d]
+    if not stated and (own := own_versions(f).get(job.step)) is not None:
+        # (round 46) the agent's own version of a provided script: the time the task states for that script
+        stated = [d for d in (job_duration(f.description, own[1]), line_secs(f.script_docs.get(own[1], ""))) if d][:1]
     if stated:  # the task says how long this job runs: waiting out means most of that ("about 90 minutes"),
         wait_s = STATED_WAIT_SHARE * max(stated)  # and a 4-minute selection is waited out by a 260-s sleep
     elif (seen := _observed_duration(f, job)) is not None:

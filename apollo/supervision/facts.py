@@ -231,7 +231,9 @@ def _eval_trains(description: str) -> frozenset[str]:
     sec = " ".join((section(description, "Evaluation") or "").split())
     return frozenset(norm_path(m.group(1)) for sent in re.split(r"(?<=\.)\s", sec)
                      if re.search(r"(?i)\b(?:re)?trains?\b|\bfine-tunes?\b", sent)
-                     for m in re.finditer(r"\b(?:through|with|using|via|by)\s+`((?:[\w.-]+/)*[\w.-]+\.(?:sh|py))`", sent))
+                     # (round 46) "(recipe of `scripts/grpo.sh` and `configs/grpo.yaml`)"
+                     for m in re.finditer(r"\b(?:through|with|using|via|by|recipe\s+(?:of|in))\s+`((?:[\w.-]+/)*[\w.-]+\.(?:sh|py))`",
+                                          sent))
 
 
 _TASK_WRITER_RE = re.compile(r"\b(?:to|in|into)\s+`((?:\./)?outputs/[^`\s]*)`\)?\s+with\s+`((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))`"
@@ -785,7 +787,8 @@ def _marked_usage(doc: str) -> str | None:
 _DURATION_RE = re.compile(r"(?i)\babout\s+(?:(\d+(?:\.\d+)?)\s*(minutes?|mins?|hours?|h|seconds?|secs?|s)\b|(an?)\s+(hour|minute)\b)"
                           r"(?:\s+(?:and\s+)?(\d+)\s*(?:minutes?|mins?)\b)?"  # "about 1 hour 40 minutes"
                           # (round 9) short jobs said without a number: "runs in seconds", "a few seconds", "a minute or two"
-                          r"|\b(?:in|takes?|a\s+few)\s+seconds\b|\ba\s+few\s+seconds\b|\b(?:a|one)\s+minute\s+or\s+two\b")
+                          r"|\b(?:in|takes?|a\s+few)\s+seconds\b|\ba\s+few\s+seconds\b|\b(?:a|one)\s+minute\s+or\s+two\b"
+                          r"|\b(?:under|less\s+than|within)\s+(?:a|one)\s+minute\b")  # (round 46) "(under a minute)"
 _CLAUSE_SPLIT_RE = re.compile(r";|\.\s|,\s+(?=(?:the\s+|a\s+|an\s+)?[\w-]+(?:\s+[\w-]+){0,4}\s+(?:takes?\s+)?about\b)")
 _PART_DONE_RE = re.compile(r"\b(?:epoch|stage|step|shard|part|round|phase)\s+(\d+)\s*/\s*(\d+)\b", re.IGNORECASE)
 _WORD_RE = re.compile(r"[a-z][a-z0-9]+")
@@ -811,7 +814,8 @@ def stated_durations(description: str) -> tuple[tuple[str, float], ...]:
 def _match_secs(m: re.Match[str]) -> float:
     """Seconds of a :data:`_DURATION_RE` match."""
     if not (m.group(2) or m.group(4)):  # a short job said in words
-        return 120.0 if "minute" in m.group(0).lower() else 10.0
+        said = m.group(0).lower()
+        return (60.0 if said.startswith(("under", "less", "within")) else 120.0) if "minute" in said else 10.0
     n = float(m.group(1)) if m.group(1) else 1.0
     unit = (m.group(2) or m.group(4)).lower()
     return n * (3600.0 if unit.startswith("h") else 1.0 if unit.startswith("s") else 60.0) + 60.0 * float(m.group(5) or 0)
@@ -823,6 +827,14 @@ def line_duration(doc: str) -> float | None:
     gives no number."""
     m = _DURATION_RE.search(doc) if doc else None
     return _match_secs(m) if m is not None and (m.group(2) or m.group(4)) else None
+
+
+@lru_cache(maxsize=4096)
+def line_secs(doc: str) -> float | None:
+    """(round 46) Seconds a provided script's line says its job takes, a number or words ("under a minute": 60 s); None
+    when it says nothing of it."""
+    m = _DURATION_RE.search(doc) if doc else None
+    return _match_secs(m) if m is not None else None
 
 
 def _stem_words(path: str) -> list[str]:
@@ -946,7 +958,7 @@ def _default_outputs(doc: str, flags: dict[str, str]) -> list[str]:
 
 
 _ANY_WRITE_RE = re.compile(r"""open\([^)]*['"][wax]b?\+?['"]|\bmode\s*=\s*['"][wax]|\.to_(?:parquet|json|csv|pickle|feather)\(|json\.dump\(|"""
-                           r"""\b(?:np|numpy|torch|pickle|joblib)\.(?:save|dump)\w*\(|save_pretrained\(|save_to_disk\(|\.write(?:lines)?\(|"""
+                           r"""\b(?:np|numpy|torch|pickle|joblib)\.(?:save|dump)\w*\(|save_pretrained\(|save_to_disk\(|\.write(?:lines|_text|_bytes)?\(|"""
                            r"""\bshutil\.|\bos\.(?:rename|replace|remove|makedirs|mkdir)|\bsubprocess\b|\bos\.system\(|\.savefig\(""")
 
 
@@ -1326,6 +1338,8 @@ class Facts:
                 if not w:
                     for script in self.script_runs(i):
                         known = self.scripts.get(script)
+                        if known is None and (code := self.known_code[i].get(script)) is not None and not writes_files(code):
+                            continue  # (round 46) the agent's own script whose code reads and prints: writes nothing
                         w = w or known is None or known  # an unknown script may write anything
                         w = w or bool(self.script_outputs(i, script)[0])  # (its usage line names what it writes)
                 if not w and PY_C_RE.search(cmd):

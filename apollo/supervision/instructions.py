@@ -283,6 +283,11 @@ USE_SCRIPT_RE = re.compile(r"(?i)\b(?:use|run|execute|call|with|using|via)\s+(?:
 OPEN_SCRIPT_RE = re.compile(r"(?i)\bopen\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b.*?\buse\s+it\b")
 FLAG_RE = re.compile(r"(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))?")
 # a config key and its value in parentheses after an instruction: "(nli_device: cpu)", "(`max_turns=6`)"
+# (round 46) a snake_case key kept at a word value: "state_mismatch stays at drop", "keep dedup_mode at strict"
+WORD_STAYS_RE = re.compile(r"(?i)\b(?:keep\s+)?`?([a-z]\w*_\w+)`?\s+(?:stays|remains|(?:must|should|has\s+to)\s+(?:stay|remain))?\s*"
+                           r"(?<=\s)(?:at|as)\s+`?([a-z][a-z-]*)`?(?=\s*(?:[.,;:!)]|$))")
+_NOT_WORD_VALUES = frozenset({"default", "its", "the", "a", "an", "what", "that", "this", "is", "shipped", "before", "usual",
+                              "least", "most", "all", "it", "set", "written", "documented", "given"})
 PAREN_SET_RE = re.compile(r"\(\s*`?([A-Za-z]\w*[_.-]\w[\w.-]*)`?\s*[:=]\s*`?([\w.-]+)`?\s*\)")
 _INFO_LEAD_RE = re.compile(r"(?i)^(?:fyi|heads\s+up|note|btw|by\s+the\s+way|just\s+so\s+you\s+know|for\s+context)\b")
 _DEFAULT_FLAG_RE = re.compile(r"(?i)\bdefault\s+(?:value\s+(?:of|for)\s+)?$")
@@ -291,6 +296,7 @@ RUNS_AS_SHIPPED_RE = re.compile(r"(?i)((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+(?:run
                                 r"(?:exactly\s+)?as\s+(?:shipped|documented|(?:it\s+is\s+)?written|its\s+line\s+shows)\b")
 NO_EXTRA_FLAGS_RE = re.compile(r"(?i)\bno\s+(?:extra|other|additional|more)\s+(?:flags|options|arguments)\b")
 # "before any eval, scripts/audit_calls.py must show zero puzzles over the limits": S to run before each eval
+_CHANGE_TO_RE = re.compile(r"(?i)\bafter\s+(?:every|each|any)\s+change\s+(?:to|of|in)\s+(?:the\s+)?([a-z][\w-]{3,})\b")
 _MUST_SHOW_RE = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+(?:must|has\s+to|needs\s+to|should)\s+"
                            r"(?:show|report|print|pass|come\s+back|say)\b")
 OPEN_BEFORE_EDIT_RE = re.compile(rf"(?i)\b(?:open|read|view|look\s+at)\s+{_PATH}\b.*\bbefore\s+(?:edit|chang|modif)")
@@ -997,6 +1003,10 @@ def _extract(text: str) -> tuple[Directive, ...]:
                 rx = _topic_regex(topic) or _word_key(topic)
                 if rx:
                     out.append(d("no_touch", rx, {"topic": topic}))
+        for m in WORD_STAYS_RE.finditer(sent):  # (round 46) "state_mismatch stays at drop"
+            if m.group(2).lower() not in _NOT_WORD_VALUES and not any(
+                    x.kind in ("keep", "set", "bound") and _norm_key(x.target) == _norm_key(m.group(1)) for x in out):
+                out.append(d("keep", m.group(1), {"v": m.group(2), "match": "exact", "word_value": "1"}))
         if "(" in sent and not _INFO_LEAD_RE.match(sent):
             for m in PAREN_SET_RE.finditer(sent):  # "run the nli on cpu inside the reward (nli_device: cpu)"
                 if not any(x.kind in ("keep", "set", "bound") and _norm_key(x.target) == _norm_key(m.group(1)) for x in out):
@@ -1025,7 +1035,9 @@ def _extract(text: str) -> tuple[Directive, ...]:
             scope = ("each" if re.search(r"(?i)\b(?:each|every|all)\s+(?:\w+\s+)?eval", pre_eval.group(0)) else
                      "next" if re.search(r"(?i)\b(?:another|next)\s+eval", pre_eval.group(0))
                      or re.search(r"(?i)\bnext\s+time\b", sent) else "any")  # ("next time check S before calling eval")
-            out.append(d("eval_needs_check", norm_path(scripts[0]), {"scope": scope}))
+            topic = _CHANGE_TO_RE.search(sent)  # (round 46) "after every change to the reward": changes of reward files
+            out.append(d("eval_needs_check", norm_path(scripts[0]), {"scope": scope, **({"topic": topic.group(1).lower()}
+                                                                                       if topic else {})}))
         elif script is None and pre_eval and not LAST_EVAL_RE.search(sent) and (wm := _RUN_WORD_END_RE.search(
                 sent[:pre_eval.start()])) and wm.group(1).lower() not in _ORDER_STOP:
             # (round 35) "please run the audit before every eval": the check a word names (directives() finds its script)
@@ -2369,10 +2381,13 @@ def _unchecked_last_eval(f: Facts, i: int, d: Directive) -> str | None:
 
 def _unchecked_eval(f: Facts, i: int, d: Directive) -> str | None:
     """Eval ``i`` comes after a change (a write since the previous eval) with no successful run of the check
-    script the directive names since that change ("run S … before you spend an eval on it")."""
+    script the directive names since that change ("run S … before you spend an eval on it"; round 46: "after every
+    change to the reward": a write of a file whose path names the reward)."""
     last = max((j for j in range(i) if f.tools[j] == "eval" and f.oks[j]), default=-1)
     runs_check = lambda j: d.target in f.script_runs(j) or any(r.endswith(d.target) for r in f.script_runs(j))  # noqa: E731
     changes = [j for j in range(max(last + 1, d.given_at), i) if f.writes[j] and not runs_check(j)]
+    if (topic := d.values.get("topic")) is not None:
+        changes = [j for j in changes if any(topic in w for w in _written(f, j))]
     if not changes or any(runs_check(j) and f.oks[j] and not f.steps[j].observation.exit_code
                           for j in range(changes[-1] + 1, i)):
         return None
@@ -2946,7 +2961,9 @@ _G_PRE = (("le", re.compile(rf"(?i){_NEGW}(?:go\s+|be\s+|set\s+\S+\s+|raise\s+\S
           ("ge", re.compile(rf"(?i)(?:at\s+least|no\s+less\s+than|not\s+less\s+than|no\s+fewer\s+than|"
                             rf"min(?:imum)?(?:\s+of)?|at\s+or\s+above|>=|≥){_G_END}")),
           ("gt", re.compile(rf"(?i)(?:above|over|more\s+than|greater\s+than|higher\s+than|>){_G_END}")))
-_G_POST_LE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:lower|less|below|under|fewer|smaller)|at\s+most|max(?:imum)?\b|tops\b)")
+_G_POST_LE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:lower|less|below|under|fewer|smaller)|at\s+most|max(?:imum)?\b|tops\b)"
+                        # (round 46) "max_tokens 3072 per call is a hard cap"
+                        r"|^\s*(?:per\s+[a-z]+\s+)?is\s+(?:a|the|our)\s+(?:hard\s+|strict\s+)?(?:cap|ceiling|limit|max(?:imum)?)\b")
 _G_POST_GE = re.compile(r"(?i)^\s*(?:%\s*)?(?:[a-z]+\s+)?(?:or\s+(?:higher|more|above|greater|larger|up)|at\s+least|minimum\b)")
 _G_EQ_PRE = re.compile(r"(?i)(?:\b(?:at|to|of|=|:)|=|:)\s*$")
 _G_EQ_CUE_RE = re.compile(r"(?i)\b(?:keep|use|set|leave|fix|pin|stick|stay|stays|remain|remains|hold|pass)\b")
