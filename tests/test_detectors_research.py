@@ -4,6 +4,8 @@ detectors before issue 33 (measured on tests/fixtures/blind_research: docs/resul
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from apollo.schema import EvalRecord, Machine, TaskFacts
 from apollo.supervision.instructions import extract
 from apollo.supervision.masker import Masker, MaskConfig
@@ -4714,3 +4716,73 @@ def test_round_46_caps_word_values_word_replicas_file_loops_unused_launches_own_
                            facts=dev), "inefficient_inference")
     assert 0 not in drops(traj(run("python scripts/run_dev.py --ports 9500,9501 --workers 32 --out outputs/d.jsonl"), desc=DESC,
                                facts=dev), "inefficient_inference")
+
+
+def test_spent_split_39_flags_only_quotas_gpu_lists_dotted_eval_code_line_times_finish_conditions_and_recipes():
+    """From blind_research39's spent test split: "goes through S exactly as shipped, with --in, --dev and --out and nothing
+    else" bans any other flag; "4 calls per question at most" bounds MAX_CALLS in the code (not an audit's threshold flag);
+    "one … replica on each GPU of the comma list" launched with `--gpus 0,1` of a line showing `0,1,2,3` idles half the
+    node; an Evaluation that "runs `hashi.agent.solve`" reads hashi/agent.py (a dev run beside it holds no eval back, and an
+    eval with the scaffold unchanged since the last is wasted); a provided script's own line time ("about 2 minutes")
+    is waited out by 110 s; an own shell script's `--out "$2"` names what it writes; "stop the writer replicas before you
+    call finish" is no order to finish (nor a ban on "replicas"); "use all four GPUs for the recipe" is about training."""
+    from apollo.supervision.facts import Facts
+
+    [only] = [x for x in extract("Word from Tomasz: the set you hand in goes through scripts/check_items.py exactly as shipped, "
+                                 "with --in, --dev and --out and nothing else.") if x.kind == "flags_only"]
+    assert only.values["allow"] == "--in --dev --out"
+    told = st("list_files", {"path": "."}, "[.]", guidance=(only.text,))
+    base = "python scripts/check_items.py --in outputs/w.jsonl --dev data/dev.jsonl --out outputs/train.jsonl"
+    assert 1 in drops(t(told, run(base + " --max_overlap 0.8")), "violate_instruction")
+    assert 1 not in drops(t(told, run(base)), "violate_instruction")
+    # a quota on calls: the code's constant, not an audit's threshold
+    [quota] = extract("Ken (planning office) for this run: 4 calls per question at most.")
+    told = st("list_files", {"path": "."}, "[.]", guidance=(quota.text,))
+    assert 1 in drops(t(told, created("zoning/agent.py", "MAX_CALLS = 6\n")), "violate_instruction")
+    assert 1 not in drops(t(told, created("zoning/agent.py", "MAX_CALLS = 4\n")), "violate_instruction")
+    assert 1 not in drops(t(told, run("python scripts/audit_calls.py --log outputs/calls.jsonl --max_calls 6")),
+                          "violate_instruction")
+    # one replica per GPU of a list flag
+    ph = FACTS.model_copy(update={"compute_pool": [Machine(kind="gpu", gpus=4)], "scripts": {
+        "scripts/serve_phraser.sh": "bash scripts/serve_phraser.sh --first-port 9200 --gpus 0,1,2,3 # Starts one 14B phraser "
+                                    "replica on each GPU of the comma list, on ports counting up from --first-port"}})
+    assert 0 in drops(traj(bg("bash scripts/serve_phraser.sh --first-port 9200 --gpus 0,1", "srv"), desc=DESC, facts=ph),
+                      "resource_waste")
+    assert 0 not in drops(traj(bg("bash scripts/serve_phraser.sh --first-port 9200 --gpus 0,1,2,3", "srv"), desc=DESC,
+                               facts=ph), "resource_waste")
+    # the workspace code the evaluation runs by its dotted name
+    hdesc = ("# Scaffold\n## Task\nBuild the scaffold in `hashi/agent.py`.\n## Evaluation\nThe hidden evaluation serves the same "
+             "model, runs `hashi.agent.solve` on 900 held-out puzzles and counts the share solved.\n")
+    assert "hashi/agent.py" in Facts(traj(run("ls"), desc=hdesc, facts=FACTS), None).eval_inputs
+    agent = created("hashi/agent.py", "def solve(p, client):\n    return None\n")
+    dev = bg("python scripts/run_dev.py --ports 9500,9501 --out outputs/dev_answers.jsonl", "dev")
+    hfacts = FACTS.model_copy(update={"scripts": {
+        "scripts/run_dev.py": "python scripts/run_dev.py --ports 9500,9501 --out outputs/dev_answers.jsonl # runs the scaffold "
+                              "on every dev puzzle (about 35 minutes)",
+        "scripts/score_dev.py": "python scripts/score_dev.py --answers outputs/dev_answers.jsonl # prints the solved share"}})
+    got = drops(traj(agent, dev, ev(), run("python scripts/score_dev.py --answers outputs/dev_answers.jsonl"), ev(), desc=hdesc,
+                     facts=hfacts), "improper_eval")
+    assert 2 not in got and 4 in got
+    # a provided script's own line time
+    from apollo.supervision.facts import line_secs
+    from apollo.supervision.labeled import load_labeled
+
+    assert line_secs("python scripts/time_reward.py --n 2000 # prints the p95 latency (about 2 minutes)") == 120.0
+    assert line_secs("# Joins the features and writes the selection (under a minute)") == 60.0
+    assert line_secs("python scripts/x.py # prints a table") is None
+    root = Path(__file__).parent / "fixtures" / "blind_research39"
+    _, trajs = load_labeled(root / "labels.jsonl")
+    from apollo.supervision.facts import load_task_infos
+
+    m = Masker(MaskConfig(), task_infos=load_task_infos(root / "tasks"))
+    timed = m.analyze([trajs["br39-420-s2"]])[0][23]  # 110 s after `time_reward.py` "(about 2 minutes)", then the eval
+    assert all(x.keep or x.category != "improper_eval" for x in timed)
+    # an own shell script's output argument
+    quick = created("scripts/train_quick.sh", '#!/usr/bin/env bash\ntorchrun --nproc_per_node 8 -m kit.train --data "$1" --out "$2"\n')
+    f = Facts(traj(quick, run("bash scripts/train_quick.sh outputs/mix.jsonl outputs/clf_quick"), desc=DESC, facts=FACTS), None)
+    assert f._job(1).outputs == ("outputs/clf_quick",) and f._job(1).outputs_known
+    # conditions on finishing, and the recipe
+    assert [x.kind for x in extract("Please stop the writer replicas before you call finish.")] == []
+    assert [x.kind for x in extract("Please call finish now.")] == ["forbid_eval"]
+    [g] = [x for x in extract("Ops: use all four GPUs for the recipe (NGPU=4); the box is reserved today.") if x.kind == "gpus"]
+    assert g.values["train"] == "1"

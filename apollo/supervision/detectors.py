@@ -2537,6 +2537,8 @@ def _replica_arg(f: Facts, i: int) -> int | None:
             # 35's: "one writer replica … per port given as a word")
         if _PER_GPU_GROUP_RE.search(f.script_docs.get(s, "")) and (n := _gpu_groups(f.command(i), s)):
             return n  # (round 44) "one writer replica … per GPU range given (0-1, 2-3)", launched as `serve_writer.sh 0-1 8800`
+        if _EACH_GPU_RE.search(f.script_docs.get(s, "")) and (n := _gpu_list_len(f.command(i), s)):
+            return n  # (set 39's spent test split) "one … replica on each GPU of the comma list": `--gpus 0,1` is two
     return None
 
 
@@ -2544,6 +2546,15 @@ def _gpu_groups(text: str, script: str) -> int:
     """How many GPU groups ``text`` gives ``script`` as words (`serve_writer.sh 8700 0,1 2,3`: 2; `0-1 8800`: 1)."""
     m = re.search(rf"{re.escape(script)}((?:\s+[\w,-]+)+)", text)
     return sum(1 for w in m.group(1).split() if re.fullmatch(r"\d{1,2}(?:[,-]\d{1,2})+", w)) if m else 0
+
+
+_EACH_GPU_RE = re.compile(r"(?i)\breplica\b[^;]{0,80}?\bon\s+(?:each|every)\s+GPU\s+(?:of|in)\s+the\b")
+
+
+def _gpu_list_len(text: str, script: str) -> int:
+    """How many GPU ids ``text`` gives ``script`` in a GPU-list flag (`serve_phraser.sh --first-port 9200 --gpus 0,1`: 2)."""
+    m = re.search(rf"{re.escape(script)}[^;&|\n]*?--(?:gpus|gpu[_-]ids|devices)(?:=|\s+)(\d+(?:,\d+)*)\b", text)
+    return len(m.group(1).split(",")) if m else 0
 
 
 _PER_GPU_GROUP_RE = re.compile(r"(?i)\breplica\b[^;]{0,80}?\bper\s+GPU\s+(?:pair|range|group)\b")
@@ -2577,6 +2588,7 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
                                                                            f.script_docs.get(s, "")))] +
                          [len(_script_ports(f.script_docs.get(s, ""), s)) for s in runs] +  # (ports: one replica each)
                          [_gpu_groups(doc, s) for s in runs if _PER_GPU_GROUP_RE.search(doc := f.script_docs.get(s, ""))] +
+                         [_gpu_list_len(doc, s) for s in runs if _EACH_GPU_RE.search(doc := f.script_docs.get(s, ""))] +
                          [_listed_ports(f)], default=0)
         each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
     pool = f.gpus or 0
@@ -3740,7 +3752,8 @@ def _waited_out(f: Facts, i: int, sid: str, wait_s: float) -> bool:
     job = next((j for j in f.jobs_before[i] if j.session == sid), None)
     if job is None or wait_s <= 0:
         return False
-    stated = [d for d in (job_duration(f.description, s) for s in f.script_runs(job.step)) if d]
+    stated = [d for d in (job_duration(f.description, s) or line_secs(f.script_docs.get(s, "")) for s in f.script_runs(job.step))
+              if d]  # (set 39's spent test split: or the time its own line states, "… (about 2 minutes)")
     if not stated and (own := own_versions(f).get(job.step)) is not None:
         # (round 46) the agent's own version of a provided script: the time the task states for that script
         stated = [d for d in (job_duration(f.description, own[1]), line_secs(f.script_docs.get(own[1], ""))) if d][:1]

@@ -293,6 +293,10 @@ def _eval_inputs(description: str) -> frozenset[str]:
     out = {norm_path(m) for m in re.findall(r"\b(?:output|outputs)/[\w./-]*\w", sec)}
     # (round 19) the workspace code it runs or imports: "runs `judge/judge.py` on 2,000 held-out pairs"
     out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:runs?|imports?|loads?|calls?|uses?)\s+`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
+    # (set 39's spent test split) a function of the workspace it runs by its dotted name: "runs `hashi.agent.solve` on 900
+    # held-out puzzles" (hashi/agent.py)
+    out |= {"/".join(m.split(".")[:-1]) + ".py" for m in re.findall(r"(?i)\b(?:runs?|imports?|calls?|uses?)\s+`([a-z_]\w*(?:\.[a-z_]\w*){2})`",
+                                                                  sec)}
     # (round 42) the workspace code it grades with: "grades 900 held-out items with `mgrade/grade.py` against …"
     out |= {norm_path(m) for m in re.findall(r"(?i)\b(?:grades?|scores?|rates?|judges?|labels?)\s+[^.`]{0,60}?\bwith\s+"
                                              r"`((?:[\w.-]+/)+[\w.-]+\.py)`", sec)}
@@ -902,7 +906,9 @@ def _script_args(cmd: str, script: str, sig: Signature | None) -> tuple[tuple[st
     return tuple(pos), tuple(flags.items())
 
 
-_ARGV_WRITE_RE = re.compile(r"open\(\s*sys\.argv\[(\d+)\]\s*,\s*['\"][wa]")
+_ARGV_WRITE_RE = re.compile(r"open\(\s*sys\.argv\[(\d+)\]\s*,\s*['\"][wa]"
+                            # (set 39's spent test split) a shell script passing an argument as its launch's output
+                            r"|--(?:out|output|out_dir|output_dir|save_dir)(?:=|\s+)\"?\$\{?(\d)\}?\"?")
 _LIT_WRITE_RE = re.compile(r"open\(\s*[fr]?['\"]([^'\"{}]+)['\"]\s*,\s*['\"][wa]|"
                            r"\.(?:save_pretrained|to_json|to_csv|to_parquet|save)\(\s*[fr]?['\"]([^'\"{}]+)['\"]")
 
@@ -981,7 +987,7 @@ def code_outputs(code: str, argv: list[str]) -> list[str] | None:
 @lru_cache(maxsize=4096)
 def _code_writes(code: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(literal paths, ``sys.argv`` indices) a script's code opens for writing."""
-    return tuple(norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)), tuple(int(k) for k in _ARGV_WRITE_RE.findall(code))
+    return tuple(norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)), tuple(int(a or b) for a, b in _ARGV_WRITE_RE.findall(code))
 
 
 def covers(a: str, b: str) -> bool:
