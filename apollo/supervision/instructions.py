@@ -1484,7 +1484,7 @@ def _references(sent: str, text: str, out: list[Directive], d) -> list[Directive
         # (set 39's spent test split) "4 calls per question at most", "at most 4 calls per question": a key of the noun
         # (`MAX_CALLS = 6`, `max_calls: 6`)
         noun = (m.group(2) or m.group(4)).lower()
-        stem = noun[:-1] if noun.endswith("s") else noun
+        stem = noun.removesuffix("s")
         res.append(d("bound", rf"(?:^|[_.-]){stem}s?(?:[_.-]|$)", {"op": "le", "v": m.group(1) or m.group(3), "match": "regex",
                                                                     "topic": noun, "files": "1"}))
     for m in KEEP_WORDS_BOUND_RE.finditer(sent):
