@@ -986,7 +986,7 @@ def code_outputs(code: str, argv: list[str]) -> list[str] | None:
 
 @lru_cache(maxsize=4096)
 def _code_writes(code: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """(literal paths, ``sys.argv`` indices) a script's code opens for writing."""
+    """(literal paths, ``sys.argv`` indices) a script's code opens for writing (a shell script's ``--out "$2"``: 2)."""
     return tuple(norm_path(a or b) for a, b in _LIT_WRITE_RE.findall(code)), tuple(int(a or b) for a, b in _ARGV_WRITE_RE.findall(code))
 
 
