@@ -283,12 +283,12 @@ USE_SCRIPT_RE = re.compile(r"(?i)\b(?:use|run|execute|call|with|using|via)\s+(?:
                            r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b)")
 OPEN_SCRIPT_RE = re.compile(r"(?i)\bopen\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b.*?\buse\s+it\b")
 FLAG_RE = re.compile(r"(--[\w-]+)(?:[= ]+(?!--)([^\s,;]+))?")
-# a config key and its value in parentheses after an instruction: "(nli_device: cpu)", "(`max_turns=6`)"
 # (round 46) a snake_case key kept at a word value: "state_mismatch stays at drop", "keep dedup_mode at strict"
 WORD_STAYS_RE = re.compile(r"(?i)\b(?:keep\s+)?`?([a-z]\w*_\w+)`?\s+(?:stays|remains|(?:must|should|has\s+to)\s+(?:stay|remain))?\s*"
                            r"(?<=\s)(?:at|as)\s+`?([a-z][a-z-]*)`?(?=\s*(?:[.,;:!)]|$))")
 _NOT_WORD_VALUES = frozenset({"default", "its", "the", "a", "an", "what", "that", "this", "is", "shipped", "before", "usual",
                               "least", "most", "all", "it", "set", "written", "documented", "given"})
+# a config key and its value in parentheses after an instruction: "(nli_device: cpu)", "(`max_turns=6`)"
 PAREN_SET_RE = re.compile(r"\(\s*`?([A-Za-z]\w*[_.-]\w[\w.-]*)`?\s*[:=]\s*`?([\w.-]+)`?\s*\)")
 _INFO_LEAD_RE = re.compile(r"(?i)^(?:fyi|heads\s+up|note|btw|by\s+the\s+way|just\s+so\s+you\s+know|for\s+context)\b")
 _DEFAULT_FLAG_RE = re.compile(r"(?i)\bdefault\s+(?:value\s+(?:of|for)\s+)?$")
@@ -296,8 +296,9 @@ _DEFAULT_FLAG_RE = re.compile(r"(?i)\bdefault\s+(?:value\s+(?:of|for)\s+)?$")
 RUNS_AS_SHIPPED_RE = re.compile(r"(?i)((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+(?:runs|is\s+run|(?:must|should|has\s+to)\s+(?:be\s+)?run)\s+"
                                 r"(?:exactly\s+)?as\s+(?:shipped|documented|(?:it\s+is\s+)?written|its\s+line\s+shows)\b")
 NO_EXTRA_FLAGS_RE = re.compile(r"(?i)\bno\s+(?:extra|other|additional|more)\s+(?:flags|options|arguments)\b")
-# "before any eval, scripts/audit_calls.py must show zero puzzles over the limits": S to run before each eval
+# (round 46) "run S after every change to the reward": the writes of files the topic names
 _CHANGE_TO_RE = re.compile(r"(?i)\bafter\s+(?:every|each|any)\s+change\s+(?:to|of|in)\s+(?:the\s+)?([a-z][\w-]{3,})\b")
+# "before any eval, scripts/audit_calls.py must show zero puzzles over the limits": S to run before each eval
 _MUST_SHOW_RE = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\s+(?:must|has\s+to|needs\s+to|should)\s+"
                            r"(?:show|report|print|pass|come\s+back|say)\b")
 OPEN_BEFORE_EDIT_RE = re.compile(rf"(?i)\b(?:open|read|view|look\s+at)\s+{_PATH}\b.*\bbefore\s+(?:edit|chang|modif)")
@@ -2588,8 +2589,12 @@ def _usage_default(f: Facts, script: str, flag: str) -> str:
     return next((mv for fl, mv in (sig.flags if sig else ()) if fl == flag), "")
 
 
-def _extra_flags(f: Facts, i: int, script: str) -> str | None:
-    """(set 38's spent test split) A flag run ``i`` passes to ``script`` that its usage line does not show."""
+def _extra_flags(f: Facts, i: int, script: str, allow: str | None = None) -> str | None:
+    """(set 38's spent test split) A flag run ``i`` passes to ``script`` that its usage line does not show; (set 39's)
+    with ``allow`` ("--in --dev --out"), one not among those."""
+    if allow is not None:
+        return next((fl for fl in re.findall(r"(?<![\w-])--[\w-]+", _script_segment(f.command(i), script))
+                     if fl not in allow.split()), None)
     for s, sig, _, flags in f.script_calls(i):
         if same_script(s, script):
             shown = {fl for fl, _ in sig.flags}
@@ -2779,8 +2784,7 @@ def _violations(f: Facts, window: int | None) -> list[tuple[int, str]]:
             elif d.kind == "no_overrides" and tool == "run_command" and ok and (ov := _overrides_passed(f, i, d.target)):
                 reason = f"passed the override {ov} although told not to pass key=value overrides ({d.describe()})"
             elif d.kind == "flags_only" and tool == "run_command" and ok and d.target in f.script_runs(i) and (
-                    extra := next((fl for fl in re.findall(r"(?<![\w-])--[\w-]+", _script_segment(f.command(i), d.target))
-                                   if fl not in d.values["allow"].split()), None)):
+                    extra := _extra_flags(f, i, d.target, d.values["allow"])):
                 reason = f"ran {d.target} with {extra}, not only {d.values['allow']} as told ({d.describe()})"
             elif d.kind == "flag_off" and tool == "run_command" and ok and f.script_runs(i) and re.search(
                     rf"(?<![\w-]){re.escape(d.target)}(?![\w-])", f.command(i)):
