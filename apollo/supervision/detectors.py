@@ -2537,7 +2537,8 @@ def _replica_arg(f: Facts, i: int) -> int | None:
             # 35's: "one writer replica … per port given as a word")
         if _PER_GPU_GROUP_RE.search(f.script_docs.get(s, "")) and (n := _gpu_groups(f.command(i), s)):
             return n  # (round 44) "one writer replica … per GPU range given (0-1, 2-3)", launched as `serve_writer.sh 0-1 8800`
-        if _EACH_GPU_RE.search(f.script_docs.get(s, "")) and (n := _gpu_list_len(f.command(i), s)):
+        if _EACH_GPU_RE.search(doc := f.script_docs.get(s, "")) and (sig := signature(doc)) is not None and (
+                n := _gpu_id_flag_count(script_args(f.command(i), s, sig)[1].items())):
             return n  # (set 39's spent test split) "one … replica on each GPU of the comma list": `--gpus 0,1` is two
     return None
 
@@ -2551,10 +2552,9 @@ def _gpu_groups(text: str, script: str) -> int:
 _EACH_GPU_RE = re.compile(r"(?i)\breplica\b[^;]{0,80}?\bon\s+(?:each|every)\s+GPU\s+(?:of|in)\s+the\b")
 
 
-def _gpu_list_len(text: str, script: str) -> int:
-    """How many GPU ids ``text`` gives ``script`` in a GPU-list flag (`serve_phraser.sh --first-port 9200 --gpus 0,1`: 2)."""
-    m = re.search(rf"{re.escape(script)}[^;&|\n]*?--(?:gpus|gpu[_-]ids|devices)(?:=|\s+)(\d+(?:,\d+)*)\b", text)
-    return len(m.group(1).split(",")) if m else 0
+def _gpu_id_flag_count(flags: Iterable[tuple[str, str]]) -> int:
+    """How many GPU ids a GPU-list flag among ``flags`` (flag, value) gives (`--gpus 0,1`: 2; none: 0)."""
+    return next((len(v.split(",")) for fl, v in flags if _GPU_IDS_FLAG_RE.match(fl) and re.fullmatch(r"\d+(?:,\d+)*", v)), 0)
 
 
 _PER_GPU_GROUP_RE = re.compile(r"(?i)\breplica\b[^;]{0,80}?\bper\s+GPU\s+(?:pair|range|group)\b")
@@ -2588,7 +2588,8 @@ def _replica_count_lowered(f: Facts, i: int) -> str | None:
                                                                            f.script_docs.get(s, "")))] +
                          [len(_script_ports(f.script_docs.get(s, ""), s)) for s in runs] +  # (ports: one replica each)
                          [_gpu_groups(doc, s) for s in runs if _PER_GPU_GROUP_RE.search(doc := f.script_docs.get(s, ""))] +
-                         [_gpu_list_len(doc, s) for s in runs if _EACH_GPU_RE.search(doc := f.script_docs.get(s, ""))] +
+                         [_gpu_id_flag_count(sig.flags) for s in runs if _EACH_GPU_RE.search(doc := f.script_docs.get(s, ""))
+                          and (sig := signature(doc)) is not None] +
                          [_listed_ports(f)], default=0)
         each = next((int(m.group(1)) for s in runs if (m := _TP_EACH_RE.search(f.script_docs.get(s, "")))), 1)
     pool = f.gpus or 0

@@ -787,6 +787,12 @@ def _order_rules(sent: str) -> list[tuple[str, str]]:
     return out
 
 
+def _word_stem(word: str) -> str:
+    """A human's job word without its -ing / -s where it is long enough to keep a stem ("judging" → "judg", "timing" →
+    "tim"; "audit" stays)."""
+    return re.sub(r"(?:ing|s)$", "", word) if len(word) > 5 else word
+
+
 def names_job(word: str, cmd: str) -> bool:
     """``cmd`` is the job a human's word names: "training" (any training launch), a script path, or a word in
     the command ("the judge" → ``judge_faithful.py``; "judging" → ``judg``)."""
@@ -794,7 +800,7 @@ def names_job(word: str, cmd: str) -> bool:
         return bool(TRAIN_CMD_RE.search(cmd))
     if "/" in word or word.endswith((".py", ".sh")):
         return word in cmd or word.rsplit("/", 1)[-1] in cmd
-    stem = re.sub(r"(?:ing|s)$", "", word) if len(word) > 5 else word
+    stem = _word_stem(word)
     return len(stem) >= 3 and bool(re.search(rf"(?i){re.escape(stem)}", cmd))
 
 
@@ -1669,7 +1675,7 @@ def directives(f: Facts) -> list[Directive]:
                 if d.kind in ("eval_needs_check", "score_needs_check") and d.values.get("word"):  # (round 35) "the audit":
                     # scripts/audit_calls.py
                     named = [sc for sc in f.scripts if d.target in re.split(r"[_.\-/]+", sc.lower())]
-                    if not named and len(d.target) > 5 and len(stem := re.sub(r"(?:ing|s)$", "", d.target)) >= 3:
+                    if not named and len(d.target) > 5 and len(stem := _word_stem(d.target)) >= 3:
                         # (set 38's spent test split) "a timing run": scripts/time_reward.py
                         named = [sc for sc in f.scripts if any(w.startswith(stem) for w in re.split(r"[_.\-/]+", sc.lower()))]
                     if len(named) == 1:
